@@ -1,0 +1,12 @@
+"""looptune: a Halide/TVM-style scheduling language with search."""
+from __future__ import annotations
+
+from .errors import BuildError, LangError, LooptuneError, ScheduleError
+from .lang import Tensor, compute, const, placeholder, reduce_axis, var
+from .lang.ops import (all, any, cast, ceil, cos, equal, erf, exp, fabs, floor, if_then_else,
+                       log, log1p, log2, max, min, not_equal, pow, prod, round, rsqrt, sigmoid,
+                       sin, sqrt, sum, tanh, trunc)
+
+__version__ = "0.1.0"
+from .schedule import Schedule, Stage, create_schedule, lower
+from .backends import Target, TimeResult, build

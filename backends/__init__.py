@@ -1,0 +1,6 @@
+"""Backends: targets, C and OpenCL code generation, compilation, run-time modules, export."""
+from .build import CModule, build
+from .module import TimeResult
+from .target import Target
+
+__all__ = ["CModule", "build", "TimeResult", "Target"]

@@ -1,0 +1,96 @@
+"""``build``: lower a schedule, generate code for a target, compile, load, wrap in a Module."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import cffi
+import numpy as np
+
+from ..errors import BuildError
+from ..lang import dtype as dt
+from ..schedule.lower import LoweredFunc, lower
+from ..schedule.schedule import Schedule
+from .c_codegen import generate_c
+from .compiler import compile_shared, flags_for
+from .module import ArgChecker, TimeResult, time_callable
+from .target import Target
+
+_CFFI_TYPES = {"float16": "uint16_t", "bool": "bool"}
+
+
+class CModule:
+    """A compiled C function: call it with numpy arrays (outputs preallocated)."""
+
+    def __init__(self, func: LoweredFunc, source: str, decl: str, lib_path: Path,
+                 target: Target, uses_parallel: bool):
+        self.name = func.name
+        self.lowered = func
+        self.source = source
+        self.declaration = decl
+        self.lib_path = lib_path
+        self.target = target
+        self.uses_parallel = uses_parallel
+        self.args = func.args
+        self._checker = ArgChecker(func.name, func.args, func.size_vars)
+        ffi = cffi.FFI()
+        ffi.cdef(_cffi_decl(func))
+        self._ffi = ffi
+        self._lib = ffi.dlopen(str(lib_path))
+        self._fn = getattr(self._lib, func.name)
+        self._ptr_types = [f"{_CFFI_TYPES.get(t.dtype, dt.c_type(t.dtype))} *" for t in func.args]
+
+    def _pointers(self, arrays) -> list:
+        cast = self._ffi.cast
+        return [cast(pt, a.ctypes.data) for pt, a in zip(self._ptr_types, arrays)]
+
+    def __call__(self, *arrays: np.ndarray) -> None:
+        sizes = self._checker.check(arrays)
+        rc = self._fn(*self._pointers(arrays), *sizes)
+        if rc != 0:
+            raise RuntimeError(f"{self.name}() returned error code {rc}")
+
+    def time(self, *arrays: np.ndarray, number: int = 10, repeat: int = 5,
+             min_repeat_ms: float = 0, warmup: int = 1) -> TimeResult:
+        """Median/mean seconds per call over ``repeat`` repeats of ``number`` calls."""
+        sizes = self._checker.check(arrays)
+        ptrs = self._pointers(arrays)
+        fn = self._fn
+        return time_callable(lambda: fn(*ptrs, *sizes), number, repeat, min_repeat_ms, warmup)
+
+    def __repr__(self):
+        return f"Module({self.name}, target='{self.target}')"
+
+
+def _cffi_decl(func: LoweredFunc) -> str:
+    params = [f"{_CFFI_TYPES.get(t.dtype, dt.c_type(t.dtype))} *" for t in func.args]
+    params += ["int64_t"] * len(func.size_vars)
+    return f"int {func.name}({', '.join(params)});"
+
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def build(s, args, target="c", name: str = "main"):
+    """Compile schedule ``s`` into a callable taking ``args`` (tensors, in order).
+
+    ``target``: ``"c"`` (gcc -O3 -march=native, OpenMP for parallel loops) with options such
+    as ``-cc=clang``, ``-threads=2``, ``-sanitize=address,undefined``, ``-fast-math``; or
+    ``"opencl"`` with ``-device=cpu|gpu``. Raises ScheduleError for an invalid schedule and
+    BuildError when code generation or the compiler fails.
+    """
+    if not isinstance(name, str) or not _IDENT.match(name):
+        raise BuildError(f"build: function name {name!r} must be a C identifier")
+    tgt = Target.parse(target)
+    if not isinstance(s, (Schedule, LoweredFunc)):
+        raise BuildError(f"build: expected a schedule (lt.create_schedule) or a lowered "
+                         f"function; got {type(s).__name__}")
+    func = s if isinstance(s, LoweredFunc) else lower(s, args, name=name)
+    if tgt.kind == "opencl":
+        from .opencl import build_opencl
+        return build_opencl(func, tgt)
+    threads = int(tgt.options["threads"]) if "threads" in tgt.options else None
+    source, decl, parallel = generate_c(func, threads)
+    cc = tgt.options.get("cc", "gcc")
+    lib = compile_shared(source, cc, flags_for(tgt.options, parallel), name=name)
+    return CModule(func, source, decl, lib, tgt, parallel)

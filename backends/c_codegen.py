@@ -1,0 +1,311 @@
+"""C code generation from a lowered loop nest.
+
+Loops become ``for`` over ``int64_t``; parallel loops get ``#pragma omp parallel for``,
+vectorized loops ``#pragma omp simd`` (compiled with ``-fopenmp-simd`` at least, so gcc really
+vectorizes them), unrolled loops of non-constant extent ``#pragma GCC unroll``. Intermediate
+buffers live on the stack when small and constant-sized, else on the heap (aligned; freed on
+every path). Floor division uses plain ``/`` and ``%`` where the numerator is provably
+non-negative, a helper otherwise.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+from ..errors import BuildError
+from ..lang import dtype as dt
+from ..lang.expr import BinKind, Const, Expr, Var
+from ..lang.simplify import const_bound, simplify, upper_bound
+from ..lang.visitor import ExprVisitor
+from ..schedule.lower import LoweredFunc
+from ..schedule.stmt import Buffer, For, ForKind, StmtVisitor
+
+STACK_LIMIT = 64 * 1024   # bytes: larger or symbolic intermediates go to the heap
+
+PRELUDE = r"""#include <stdint.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <math.h>
+
+static inline int64_t lt_floordiv(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+static inline int64_t lt_floormod(int64_t a, int64_t b) {
+  int64_t r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+static inline void *lt_alloc(size_t bytes) {
+  void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (!p) { fprintf(stderr, "looptune: out of memory allocating %zu bytes\n", bytes); abort(); }
+  return p;
+}
+"""
+
+_FLOAT_FN = {"exp": "exp", "log": "log", "log2": "log2", "log1p": "log1p", "sqrt": "sqrt",
+             "sin": "sin", "cos": "cos", "tanh": "tanh", "erf": "erf", "floor": "floor",
+             "ceil": "ceil", "round": "rint", "trunc": "trunc", "fabs": "fabs", "pow": "pow"}
+
+
+def c_name(name: str) -> str:
+    s = re.sub(r"[^0-9A-Za-z_]", "_", name)
+    return s if s and not s[0].isdigit() else "v_" + s
+
+
+def _fn(name: str, dtype: str) -> str:
+    base = _FLOAT_FN[name]
+    return base + "f" if dtype in ("float32", "float16") else base
+
+
+class _CExpr(ExprVisitor):
+    def __init__(self, gen: CCodegen):
+        self.gen = gen
+
+    def visit_Const(self, e):
+        if e.dtype == "bool":
+            return "true" if e.value else "false"
+        if dt.is_float(e.dtype):
+            v = e.value
+            suffix = "f" if e.dtype == "float32" else ""
+            if math.isnan(v):
+                return "NAN"
+            if math.isinf(v):
+                return ("-" if v < 0 else "") + "INFINITY"
+            return f"{v!r}{suffix}" if e.dtype != "float16" else f"((_Float16){v!r})"
+        if e.dtype == "int64" and e.value == -(2**63):
+            return "INT64_MIN"
+        if e.dtype.startswith("uint"):
+            return f"{e.value}u" if e.dtype != "uint64" else f"{e.value}ull"
+        return f"{e.value}" if -(2**31) < e.value < 2**31 else f"{e.value}ll"
+
+    def visit_Var(self, e):
+        return self.gen.var_name(e)
+
+    def visit_BinOp(self, e):
+        a, b = self.visit(e.a), self.visit(e.b)
+        op, d = e.op, e.a.dtype
+        if op is BinKind.FLOORDIV:
+            if dt.is_float(d):
+                return f"{_fn('floor', d)}({a} / {b})"
+            return self.gen.int_div(e, a, b, "/", "lt_floordiv")
+        if op is BinKind.FLOORMOD:
+            if dt.is_float(d):
+                return f"({a} - {_fn('floor', d)}({a} / {b}) * {b})"
+            return self.gen.int_div(e, a, b, "%", "lt_floormod")
+        if op in (BinKind.MIN, BinKind.MAX):
+            cmp = "<" if op is BinKind.MIN else ">"
+            d = "int64" if d == "int32" else d  # index arithmetic runs in int64_t
+            self.gen.minmax.add(d)
+            return f"lt_{op.value}_{dt.c_type(d)}({a}, {b})"
+        text = f"({a} {op.value} {b})"
+        if d in ("int8", "int16", "uint8", "uint16") and not (op.is_compare or op.is_logical):
+            return f"(({dt.c_type(d)}){text})"  # wrap around as numpy does
+        return text
+
+    def visit_Not(self, e):
+        return f"(!{self.visit(e.a)})"
+
+    def visit_Select(self, e):
+        return f"({self.visit(e.cond)} ? {self.visit(e.t)} : {self.visit(e.f)})"
+
+    def visit_Cast(self, e):
+        v = self.visit(e.value)
+        if e.dtype == "bool":
+            return f"(({v}) != 0)"
+        return f"(({dt.c_type(e.dtype)})({v}))"
+
+    def visit_Call(self, e):
+        args = [self.visit(a) for a in e.args]
+        d = e.dtype
+        one = "1.0f" if d == "float32" else "1.0"
+        if e.name == "sigmoid":
+            return f"({one} / ({one} + {_fn('exp', d)}(-({args[0]}))))"
+        if e.name == "rsqrt":
+            return f"({one} / {_fn('sqrt', d)}({args[0]}))"
+        if e.name not in _FLOAT_FN:
+            raise BuildError(f"the C backend has no intrinsic '{e.name}'")
+        return f"{_fn(e.name, d)}({', '.join(args)})"
+
+    def visit_BufferLoad(self, e):
+        return f"{self.gen.buf_name(e.buffer)}[{self.gen.flat(e.buffer, e.indices)}]"
+
+    def visit_Load(self, e):
+        raise AssertionError(f"unlowered load of {e.tensor.name} reached the C backend")
+
+    def visit_Reduce(self, e):
+        raise AssertionError("a Reduce reached the C backend")
+
+
+class CCodegen(StmtVisitor):
+    """Turns a LoweredFunc into a C translation unit with one exported function."""
+
+    def __init__(self, threads: int | None = None):
+        self.lines: list[str] = []
+        self.depth = 1
+        self.names: dict[tuple, str] = {}
+        self.used: set[str] = set()
+        self.ranges: dict[Var, tuple[int, int]] = {}
+        self.minmax: set[str] = set()
+        self.threads = threads
+        self.in_parallel = 0
+        self.uses_parallel = False
+        self.expr = _CExpr(self)
+
+    # ---- naming ------------------------------------------------------------------------
+
+    def _unique(self, key: tuple, name: str) -> str:
+        if key not in self.names:
+            base, n = c_name(name), 1
+            out = base
+            while out in self.used or out in _RESERVED:
+                out, n = f"{base}_{n}", n + 1
+            self.used.add(out)
+            self.names[key] = out
+        return self.names[key]
+
+    def var_name(self, v: Var) -> str:
+        return self._unique(("v", v.uid), v.name)
+
+    def buf_name(self, b: Buffer) -> str:
+        return self._unique(("b", b.uid), b.name)
+
+    # ---- expressions -------------------------------------------------------------------
+
+    def int_div(self, e, a: str, b: str, cop: str, helper: str) -> str:
+        lo, _ = const_bound(e.a, self.ranges)
+        if isinstance(e.b, Const) and e.b.value > 0 and lo is not None and lo >= 0:
+            return f"({a} {cop} {b})"
+        return f"{helper}({a}, {b})"
+
+    def flat(self, buf: Buffer, indices) -> str:
+        idx: Expr | None = None
+        for d, i in enumerate(indices):
+            idx = i if idx is None else idx * _dim(buf.shape[d]) + i
+        return self.expr.visit(simplify(idx if idx is not None else Const(0, "int32"),
+                                        self.ranges))
+
+    def emit(self, text: str) -> None:
+        self.lines.append("  " * self.depth + text)
+
+    # ---- statements --------------------------------------------------------------------
+
+    def visit_For(self, s: For):
+        if s.kind is ForKind.THREAD:
+            raise BuildError(f"loop '{s.var.name}' is bound to {s.tag}, which only the opencl "
+                             "target supports; build with target='opencl' or drop the bind")
+        v = self.var_name(s.var)
+        lo, ext = self.expr.visit(s.min), self.expr.visit(s.extent)
+        ub = upper_bound(s.extent, self.ranges)
+        mlo = const_bound(s.min, self.ranges)
+        if ub is not None and mlo[0] is not None and mlo[1] is not None:
+            self.ranges[s.var] = (mlo[0], mlo[1] + max(ub, 1) - 1)
+        if s.kind is ForKind.PARALLEL:
+            if self.in_parallel == 0:
+                nt = f" num_threads({self.threads})" if self.threads else ""
+                self.emit(f"#pragma omp parallel for schedule(static){nt}")
+                self.uses_parallel = True
+            self.in_parallel += 1
+        elif s.kind is ForKind.VECTORIZED:
+            self.emit("#pragma omp simd")
+        elif s.kind is ForKind.UNROLLED:
+            self.emit(f"#pragma GCC unroll {min(ub or 8, 64)}")
+        end = ext if lo == "0" else f"{lo} + {ext}"
+        self.emit(f"for (int64_t {v} = {lo}; {v} < {end}; ++{v}) {{")
+        self.depth += 1
+        self.visit(s.body)
+        self.depth -= 1
+        self.emit("}")
+        if s.kind is ForKind.PARALLEL:
+            self.in_parallel -= 1
+        self.ranges.pop(s.var, None)
+
+    def visit_IfThenElse(self, s):
+        self.emit(f"if ({self.expr.visit(s.cond)}) {{")
+        self.depth += 1
+        self.visit(s.then)
+        self.depth -= 1
+        if s.orelse is not None:
+            self.emit("} else {")
+            self.depth += 1
+            self.visit(s.orelse)
+            self.depth -= 1
+        self.emit("}")
+
+    def visit_Store(self, s):
+        self.emit(f"{self.buf_name(s.buffer)}[{self.flat(s.buffer, s.indices)}] = "
+                  f"{self.expr.visit(s.value)};")
+
+    def visit_LetStmt(self, s):
+        lo, hi = const_bound(s.value, self.ranges)
+        if lo is not None and hi is not None:
+            self.ranges[s.var] = (lo, hi)
+        self.emit(f"const int64_t {self.var_name(s.var)} = {self.expr.visit(s.value)};")
+        self.visit(s.body)
+
+    def visit_Allocate(self, s):
+        b = s.buffer
+        name, ctype = self.buf_name(b), dt.c_type(b.dtype)
+        size: Expr = Const(1, "int32")
+        for d in b.shape:
+            size = size * _dim(d)
+        size = simplify(size)
+        if isinstance(size, Const) and size.value * dt.itemsize(b.dtype) <= STACK_LIMIT:
+            self.emit("{")
+            self.emit(f"{ctype} {name}[{size.value}] __attribute__((aligned(64)));")
+            self.visit(s.body)
+            self.emit("}")
+            return
+        self.emit("{")
+        self.emit(f"{ctype} *restrict {name} = ({ctype} *)lt_alloc(sizeof({ctype}) * "
+                  f"(size_t)({self.expr.visit(size)}));")
+        self.visit(s.body)
+        self.emit(f"free({name});")
+        self.emit("}")
+
+    def visit_Barrier(self, s):
+        raise BuildError("barriers are only meaningful for the opencl target")
+
+    # ---- the function ------------------------------------------------------------------
+
+    def function(self, f: LoweredFunc, inputs: set[int]) -> tuple[str, str]:
+        """(C source, C declaration) of ``f``; ``inputs`` are ids of read-only tensors."""
+        params = []
+        for t, b in zip(f.args, f.buffers):
+            const = "const " if id(t) in inputs else ""
+            params.append(f"{const}{dt.c_type(b.dtype)} *restrict {self.buf_name(b)}")
+        for v in f.size_vars:
+            params.append(f"int64_t {self.var_name(v)}")
+        self.visit(f.body)
+        body = "\n".join(self.lines)
+        helpers = "".join(_minmax_helpers(d) for d in sorted(self.minmax))
+        sig = f"int {f.name}({', '.join(params)})"
+        src = f"{PRELUDE}{helpers}\n{sig} {{\n{body}\n  return 0;\n}}\n"
+        return src, sig + ";"
+
+
+_RESERVED = {"int", "float", "double", "char", "for", "if", "else", "return", "void", "const",
+             "restrict", "static", "inline", "long", "short", "unsigned", "signed", "bool",
+             "true", "false", "free", "exp", "log", "sqrt", "main", "case", "do", "while",
+             "switch", "default", "break", "continue", "goto", "struct", "union", "enum",
+             "typedef", "sizeof", "auto", "register", "extern", "volatile", "min", "max"}
+
+
+def _dim(d) -> Expr:
+    return d if isinstance(d, Expr) else Const(d, "int32")
+
+
+def _minmax_helpers(d: str) -> str:
+    c = dt.c_type(d)
+    n = c.replace(" ", "_")
+    return (f"static inline {c} lt_min_{n}({c} a, {c} b) {{ return a < b ? a : b; }}\n"
+            f"static inline {c} lt_max_{n}({c} a, {c} b) {{ return a > b ? a : b; }}\n")
+
+
+def generate_c(f: LoweredFunc, threads: int | None = None) -> tuple[str, str, bool]:
+    """(source, declaration, uses_openmp_parallel) for one lowered function."""
+    from ..lang.tensor import PlaceholderOp
+    gen = CCodegen(threads)
+    inputs = {id(t) for t in f.args if isinstance(t.op, PlaceholderOp)}
+    src, decl = gen.function(f, inputs)
+    return src, decl, gen.uses_parallel

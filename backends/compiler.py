@@ -1,0 +1,92 @@
+"""Compiling C to shared objects with gcc/clang, cached on disk by content.
+
+The cache key hashes the source, the flags and the compiler's version. Entries are written to
+a temporary name and renamed into place (atomic on POSIX), and each ``.so`` has a sidecar with
+its own SHA-256: an entry whose bytes do not match (a partial write, a corrupted disk) is
+rebuilt, never loaded. ``$LOOPTUNE_CACHE`` sets the directory (default ``~/.cache/looptune``).
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from ..errors import BuildError
+
+log = logging.getLogger("looptune.backends.compiler")
+
+
+def cache_dir() -> Path:
+    d = Path(os.environ.get("LOOPTUNE_CACHE") or Path.home() / ".cache" / "looptune")
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+@functools.lru_cache(maxsize=None)
+def compiler_version(cc: str) -> str:
+    if shutil.which(cc) is None:
+        raise BuildError(f"C compiler '{cc}' was not found on PATH; install it or pick another "
+                         "with the target option -cc=NAME")
+    out = subprocess.run([cc, "--version"], capture_output=True, text=True, check=False)
+    return out.stdout.splitlines()[0] if out.stdout else cc
+
+
+def flags_for(options: dict, parallel: bool) -> list[str]:
+    opt = options.get("O", "3")
+    flags = [f"-O{opt}", f"-march={options.get('march', 'native')}", "-fPIC", "-std=gnu11",
+             "-fno-math-errno", "-fopenmp" if parallel else "-fopenmp-simd"]
+    if options.get("fast-math"):
+        flags.append("-ffast-math")
+    san = options.get("sanitize")
+    if san:
+        kinds = "address,undefined" if san is True else san
+        flags += [f"-fsanitize={kinds}", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all",
+                  "-g"]
+    return flags
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def compile_shared(source: str, cc: str = "gcc", flags: list[str] | None = None,
+                   name: str = "kernel") -> Path:
+    """Compile ``source`` into a cached shared object and return its path."""
+    flags = list(flags or [])
+    key = hashlib.sha256("\0".join([source, cc, compiler_version(cc), *flags]).encode())
+    key = key.hexdigest()[:32]
+    d = cache_dir()
+    so, sidecar, src_path = d / f"{name}-{key}.so", d / f"{name}-{key}.sha256", \
+        d / f"{name}-{key}.c"
+    if so.exists() and sidecar.exists():
+        try:
+            if sidecar.read_text().strip() == _sha(so):
+                return so
+        except OSError:
+            pass
+        log.warning("looptune cache entry %s is corrupt or partial; rebuilding", so.name)
+    _atomic_write(src_path, source.encode())
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{name}-", suffix=".so")
+    os.close(fd)
+    cmd = [cc, *flags, "-shared", "-o", tmp, str(src_path), "-lm"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        os.unlink(tmp)
+        raise BuildError(f"{cc} failed on {src_path}:\n{proc.stderr.strip()}\n"
+                         f"command: {' '.join(cmd)}", str(src_path), proc.stderr)
+    digest = _sha(Path(tmp))
+    os.replace(tmp, so)
+    _atomic_write(sidecar, digest.encode())
+    return so
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)

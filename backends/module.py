@@ -1,0 +1,141 @@
+"""The run-time Module: a compiled function with argument checks and timing."""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..lang.expr import Expr, Var
+from ..lang.simplify import simplify
+from ..lang.visitor import collect_vars, substitute
+
+
+@dataclass
+class TimeResult:
+    """Seconds per call: every repeat in ``results``; ``median`` and ``mean`` of them."""
+
+    results: list[float] = field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.results)
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.results)
+
+    @property
+    def min(self) -> float:
+        return min(self.results)
+
+    def __repr__(self):
+        return (f"TimeResult(median={self.median * 1e3:.4f} ms, mean={self.mean * 1e3:.4f} ms, "
+                f"repeats={len(self.results)})")
+
+
+class ArgChecker:
+    """Checks arrays against declared tensors and binds symbolic sizes from their shapes."""
+
+    def __init__(self, name: str, args, size_vars: list[Var]):
+        self.name = name
+        self.args = list(args)
+        self.size_vars = list(size_vars)
+        self.dtypes = [np.dtype(t.dtype) for t in self.args]
+        self.outputs = {k for k, t in enumerate(self.args) if not _is_input(t)}
+
+    def check(self, arrays) -> list[int]:
+        """Validate ``arrays``; return the values of the symbolic sizes, in order."""
+        if len(arrays) != len(self.args):
+            names = ", ".join(t.name for t in self.args)
+            raise TypeError(f"{self.name}() takes {len(self.args)} arrays ({names}); "
+                            f"got {len(arrays)}")
+        bound: dict[Var, int] = {}
+        for k, (t, a) in enumerate(zip(self.args, arrays)):
+            self._check_one(k, t, a, bound)
+        for k, (t, a) in enumerate(zip(self.args, arrays)):
+            for d, (want, got) in enumerate(zip(t.shape, a.shape)):
+                w = want if isinstance(want, int) else simplify(substitute(want, {
+                    v: _c(n) for v, n in bound.items()}))
+                w = getattr(w, "value", w)
+                if not isinstance(w, int):
+                    raise ValueError(f"{self.name}(): argument '{t.name}' dimension {d} is {want}, "
+                                     "which no argument's shape binds")
+                if w != got:
+                    raise ValueError(f"{self.name}(): argument '{t.name}' must have shape "
+                                     f"{self._shape(t, bound)}; got {a.shape} (dimension {d} "
+                                     f"is {got}, expected {w})")
+        for k in self.outputs:
+            for j, b in enumerate(arrays):
+                if j != k and np.may_share_memory(arrays[k], b):
+                    raise ValueError(f"{self.name}(): output '{self.args[k].name}' shares memory "
+                                     f"with argument '{self.args[j].name}'; pass separate "
+                                     "arrays (in-place updates are not supported)")
+        return [bound[v] for v in self.size_vars]
+
+    def _check_one(self, k, t, a, bound) -> None:
+        if not isinstance(a, np.ndarray):
+            raise TypeError(f"{self.name}(): argument '{t.name}' must be a numpy.ndarray; got "
+                            f"{type(a).__name__}")
+        if a.dtype != self.dtypes[k]:
+            raise TypeError(f"{self.name}(): argument '{t.name}' must have dtype {t.dtype}; got "
+                            f"{a.dtype} (convert with .astype(np.{t.dtype}))")
+        if a.ndim != t.ndim:
+            raise ValueError(f"{self.name}(): argument '{t.name}' must have {t.ndim} dimensions "
+                             f"(shape {self._shape(t, {})}); got shape {a.shape}")
+        if not a.flags.c_contiguous:
+            raise ValueError(f"{self.name}(): argument '{t.name}' must be C-contiguous; pass "
+                             "np.ascontiguousarray(...)")
+        if k in self.outputs and not a.flags.writeable:
+            raise ValueError(f"{self.name}(): output '{t.name}' is read-only")
+        for want, got in zip(t.shape, a.shape):
+            if isinstance(want, Var):
+                if want in bound and bound[want] != got:
+                    raise ValueError(f"{self.name}(): size '{want.name}' is {bound[want]} from an "
+                                     f"earlier argument but argument '{t.name}' gives {got}")
+                bound[want] = got
+
+    @staticmethod
+    def _shape(t, bound) -> tuple:
+        return tuple(s if isinstance(s, int) else (bound.get(s, s) if isinstance(s, Var) else s)
+                     for s in t.shape)
+
+
+def _c(n: int) -> Expr:
+    from ..lang.expr import Const
+    return Const(n, "int32")
+
+
+def _is_input(t) -> bool:
+    from ..lang.tensor import PlaceholderOp
+    return isinstance(t.op, PlaceholderOp)
+
+
+def time_callable(run, number: int = 10, repeat: int = 5, min_repeat_ms: float = 0,
+                  warmup: int = 1) -> TimeResult:
+    """Time ``run()`` as TVM does: ``number`` calls per repeat (raised until a repeat lasts
+    ``min_repeat_ms``), ``repeat`` repeats, one warm-up call first."""
+    for _ in range(warmup):
+        run()
+    number = max(1, int(number))
+    if min_repeat_ms > 0:
+        while True:
+            t0 = time.perf_counter()
+            for _ in range(number):
+                run()
+            dt_ms = (time.perf_counter() - t0) * 1e3
+            if dt_ms >= min_repeat_ms or number >= 1 << 20:
+                break
+            number = max(number * 2, int(number * min_repeat_ms / max(dt_ms, 1e-3) * 1.1))
+    res = []
+    for _ in range(max(1, int(repeat))):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            run()
+        res.append((time.perf_counter() - t0) / number)
+    return TimeResult(res)
+
+
+def uses_vars(t) -> bool:
+    return any(isinstance(s, Expr) and collect_vars(s) for s in t.shape)

@@ -1,0 +1,23 @@
+"""The looptune error family: every user mistake raises one of these."""
+from __future__ import annotations
+
+
+class LooptuneError(Exception):
+    """Base of every error looptune raises for a user mistake."""
+
+
+class LangError(LooptuneError):
+    """A tensor expression is malformed (wrong indices, dtypes, reductions...)."""
+
+
+class ScheduleError(LooptuneError):
+    """A schedule primitive was misused; the message names stage, primitive and loop."""
+
+
+class BuildError(LooptuneError):
+    """Code generation or compilation failed; carries the compiler output and source path."""
+
+    def __init__(self, message: str, source_path: str | None = None, output: str = ""):
+        super().__init__(message)
+        self.source_path = source_path
+        self.output = output

@@ -1,0 +1,400 @@
+"""The expression simplifier: constant folding, algebraic rules, canonical affine forms.
+
+Integer index arithmetic (int32/int64) is put in a canonical affine form ``sum(c_i * t_i) + c``
+so that ``io*32 + ii - io*32`` becomes ``ii``; floor division and modulo by a positive
+constant split off multiples of the divisor, and range facts about loop variables remove
+``//`` and ``%`` whose result is known (``(io*32 + ii) // 32 -> io`` when ``0 <= ii < 32``).
+Index arithmetic is assumed not to overflow; data arithmetic keeps exact C/numpy semantics
+(only constants are folded there, with numpy's wrap-around).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import dtype as dt
+from .expr import BinKind, BinOp, Call, Cast, Const, Expr, Not, Select
+from .visitor import ExprMutator, ExprVisitor
+
+Bound = tuple  # (lo, hi): inclusive ints, None where unknown
+
+_INDEX = ("int32", "int64")
+
+
+# ---- constant ranges -----------------------------------------------------------------------
+
+class _Bounds(ExprVisitor):
+    def __init__(self, ranges):
+        self.ranges = ranges
+
+    def visit(self, e):
+        if not (dt.is_int(e.dtype) or dt.is_bool(e.dtype)):
+            return (None, None)
+        return super().visit(e)
+
+    def visit_Const(self, e):
+        return (int(e.value), int(e.value))
+
+    def visit_Var(self, e):
+        return self.ranges.get(e, (None, None))
+
+    def visit_BinOp(self, e):
+        a, b = self.visit(e.a), self.visit(e.b)
+        return _BOUND_RULES.get(e.op, lambda a, b, e: (None, None))(a, b, e)
+
+    def visit_Select(self, e):
+        t, f = self.visit(e.t), self.visit(e.f)
+        return (_opt(min, t[0], f[0]), _opt(max, t[1], f[1]))
+
+    def visit_Cast(self, e):
+        return self.visit(e.value) if dt.is_int(e.dtype) else (None, None)
+
+    def visit_Not(self, e): return (0, 1)
+    def visit_Call(self, e): return (None, None)
+    def visit_Load(self, e): return (None, None)
+    def visit_BufferLoad(self, e): return (None, None)
+    def visit_Reduce(self, e): return (None, None)
+
+
+def _opt(f, x, y):
+    return None if x is None or y is None else f(x, y)
+
+
+def _mul_bound(a, b, e):
+    if None in a or None in b:
+        if a[0] is not None and a[0] == a[1]:
+            a, b = b, a
+        if b[0] is not None and b[0] == b[1]:
+            c = b[0]
+            lo, hi = (_opt(lambda x, y: x * y, a[0], c), _opt(lambda x, y: x * y, a[1], c))
+            return (lo, hi) if c >= 0 else (hi, lo)
+        return (None, None)
+    p = [a[0] * b[0], a[0] * b[1], a[1] * b[0], a[1] * b[1]]
+    return (min(p), max(p))
+
+
+def _div_bound(a, b, e):
+    if b[0] is None or b[0] != b[1] or b[0] <= 0:
+        return (None, None)
+    c = b[0]
+    return (_opt(lambda x, y: x // y, a[0], c), _opt(lambda x, y: x // y, a[1], c))
+
+
+def _mod_bound(a, b, e):
+    if b[0] is None or b[0] != b[1] or b[0] <= 0:
+        return (None, None)
+    c = b[0]
+    if a[0] is not None and a[1] is not None and a[0] >= 0 and a[1] < c:
+        return a
+    if a[0] is not None and a[1] is not None and a[0] // c == a[1] // c:
+        return (a[0] % c, a[1] % c)
+    return (0, c - 1)
+
+
+def _cmp_bound(a, b, e):
+    return (0, 1)
+
+
+_BOUND_RULES = {
+    BinKind.ADD: lambda a, b, e: (_opt(int.__add__, a[0], b[0]), _opt(int.__add__, a[1], b[1])),
+    BinKind.SUB: lambda a, b, e: (_opt(int.__sub__, a[0], b[1]), _opt(int.__sub__, a[1], b[0])),
+    BinKind.MUL: _mul_bound,
+    BinKind.FLOORDIV: _div_bound,
+    BinKind.FLOORMOD: _mod_bound,
+    BinKind.MIN: lambda a, b, e: (_opt(min, a[0], b[0]),
+                                  a[1] if b[1] is None else b[1] if a[1] is None
+                                  else min(a[1], b[1])),
+    BinKind.MAX: lambda a, b, e: (a[0] if b[0] is None else b[0] if a[0] is None
+                                  else max(a[0], b[0]), _opt(max, a[1], b[1])),
+    BinKind.EQ: _cmp_bound, BinKind.NE: _cmp_bound, BinKind.LT: _cmp_bound,
+    BinKind.LE: _cmp_bound, BinKind.AND: _cmp_bound, BinKind.OR: _cmp_bound,
+}
+
+
+def const_bound(e: Expr, ranges: dict | None = None) -> Bound:
+    """Inclusive constant bounds of an integer expression given ranges of its variables."""
+    return _Bounds(ranges or {}).visit(e)
+
+
+# ---- constant folding ----------------------------------------------------------------------
+
+_NP_BIN = {
+    BinKind.ADD: np.add, BinKind.SUB: np.subtract, BinKind.MUL: np.multiply,
+    BinKind.DIV: np.true_divide, BinKind.FLOORDIV: np.floor_divide, BinKind.FLOORMOD: np.mod,
+    BinKind.MIN: np.minimum, BinKind.MAX: np.maximum, BinKind.EQ: np.equal,
+    BinKind.NE: np.not_equal, BinKind.LT: np.less, BinKind.LE: np.less_equal,
+    BinKind.AND: np.logical_and, BinKind.OR: np.logical_or,
+}
+_NP_CALL = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "sin": np.sin, "cos": np.cos,
+            "tanh": np.tanh, "floor": np.floor, "ceil": np.ceil, "round": np.rint,
+            "trunc": np.trunc, "fabs": np.fabs, "log2": np.log2, "log1p": np.log1p}
+
+
+def _fold(op: BinKind, a: Const, b: Const) -> Expr | None:
+    if op in (BinKind.FLOORDIV, BinKind.FLOORMOD) and not dt.is_float(a.dtype) and b.value == 0:
+        return None  # leave it to fail at run time as the user wrote it
+    if dt.is_int(a.dtype) and a.dtype in _INDEX and op not in (BinKind.DIV,):
+        x, y = a.value, b.value
+        py = {BinKind.ADD: x + y, BinKind.SUB: x - y, BinKind.MUL: x * y} if op in (
+            BinKind.ADD, BinKind.SUB, BinKind.MUL) else None
+        if py is not None:
+            return Const(py[op], a.dtype)
+    with np.errstate(all="ignore"):
+        r = _NP_BIN[op](np.array(a.value, a.dtype), np.array(b.value, b.dtype))
+    return Const(r.item(), "bool" if op.is_compare or op.is_logical else a.dtype)
+
+
+# ---- affine canonical form -----------------------------------------------------------------
+
+def _linear(e: Expr) -> tuple[dict[Expr, int], int]:
+    """``e`` as ({term: coefficient}, constant)."""
+    if isinstance(e, Const):
+        return {}, int(e.value)
+    if isinstance(e, BinOp) and e.op in (BinKind.ADD, BinKind.SUB):
+        ta, ca = _linear(e.a)
+        tb, cb = _linear(e.b)
+        s = 1 if e.op is BinKind.ADD else -1
+        out = dict(ta)
+        for t, k in tb.items():
+            out[t] = out.get(t, 0) + s * k
+        return out, ca + s * cb
+    if isinstance(e, BinOp) and e.op is BinKind.MUL:
+        for x, y in ((e.a, e.b), (e.b, e.a)):
+            if isinstance(y, Const):
+                t, c = _linear(x)
+                return {k: v * y.value for k, v in t.items()}, c * y.value
+    return {e: 1}, 0
+
+
+def _merge_divmod(terms: dict[Expr, int]) -> tuple[dict[Expr, int], int]:
+    # (x//c)*c*k + (x%c)*k -> x*k
+    extra = 0
+    for t, k in list(terms.items()):
+        if not (isinstance(t, BinOp) and t.op is BinKind.FLOORMOD and isinstance(t.b, Const)):
+            continue
+        q = BinOp(BinKind.FLOORDIV, t.a, t.b)
+        if t in terms and k != 0 and terms.get(q, 0) == k * t.b.value:
+            del terms[q], terms[t]
+            xt, xc = _linear(t.a)
+            for u, v in xt.items():
+                terms[u] = terms.get(u, 0) + k * v
+            extra += k * xc
+    return terms, extra
+
+
+def _build(terms: dict[Expr, int], const: int, dtype: str) -> Expr:
+    terms, extra = _merge_divmod(dict(terms))
+    const += extra
+    items = [(t, k) for t, k in terms.items() if k != 0]
+    items.sort(key=lambda tk: tk[1] < 0)  # stable: positive terms first
+    out: Expr | None = None
+    if items and items[0][1] < 0 and const > 0:
+        out, const = Const(const, dtype), 0  # c - x*k reads better than -x*k + c
+    for t, k in items:
+        mag = abs(k)
+        term = t if mag == 1 else BinOp(BinKind.MUL, t, Const(mag, dtype))
+        if out is None:
+            out = term if k > 0 else BinOp(BinKind.SUB, Const(0, dtype), term) if mag != 1 \
+                else BinOp(BinKind.MUL, t, Const(-1, dtype))
+        else:
+            out = BinOp(BinKind.ADD if k > 0 else BinKind.SUB, out, term)
+    if out is None:
+        return Const(const, dtype)
+    if const > 0:
+        return BinOp(BinKind.ADD, out, Const(const, dtype))
+    if const < 0:
+        return BinOp(BinKind.SUB, out, Const(-const, dtype))
+    return out
+
+
+# ---- the rewriter --------------------------------------------------------------------------
+
+class Simplifier(ExprMutator):
+    """Bottom-up rewriting; ``ranges`` maps loop variables to inclusive constant bounds."""
+
+    def __init__(self, ranges: dict | None = None):
+        self.ranges = ranges or {}
+
+    def bound(self, e: Expr) -> Bound:
+        return const_bound(e, self.ranges)
+
+    def visit_BinOp(self, e):
+        a, b = self.visit(e.a), self.visit(e.b)
+        return self.binop(e.op, a, b, e if a is e.a and b is e.b else None)
+
+    def binop(self, op: BinKind, a: Expr, b: Expr, same: Expr | None = None) -> Expr:
+        if isinstance(a, Const) and isinstance(b, Const):
+            r = _fold(op, a, b)
+            if r is not None:
+                return r
+        index = a.dtype in _INDEX
+        if index and op in (BinKind.ADD, BinKind.SUB, BinKind.MUL):
+            t, c = _linear(BinOp(op, a, b))
+            return _build(t, c, a.dtype)
+        if index and op in (BinKind.FLOORDIV, BinKind.FLOORMOD) and isinstance(b, Const) \
+                and b.value > 0:
+            return self._divmod(op, a, b.value)
+        if op in (BinKind.MIN, BinKind.MAX):
+            r = self._minmax(op, a, b)
+            if r is not None:
+                return r
+        if op.is_compare and index:
+            r = self._compare(op, a, b)
+            if r is not None:
+                return r
+        if op.is_logical:
+            r = _logic(op, a, b)
+            if r is not None:
+                return r
+        if dt.is_float(a.dtype):
+            r = _float_identity(op, a, b)
+            if r is not None:
+                return r
+        return same if same is not None else BinOp(op, a, b)
+
+    def _divmod(self, op: BinKind, a: Expr, c: int) -> Expr:
+        d = a.dtype
+        if c == 1:
+            return a if op is BinKind.FLOORDIV else Const(0, d)
+        terms, const = _linear(a)
+        quot = {t: k // c for t, k in terms.items() if k % c == 0}
+        rest_terms = {t: k for t, k in terms.items() if k % c != 0}
+        quot_const, rest_const = divmod(const, c)
+        rest = _build(rest_terms, rest_const, d)
+        lo, hi = self.bound(rest)
+        if op is BinKind.FLOORMOD:
+            if lo is not None and hi is not None and 0 <= lo and hi < c:
+                return rest  # x % c -> x when 0 <= x < c
+            if isinstance(rest, BinOp) and rest.op is BinKind.FLOORMOD and \
+                    isinstance(rest.b, Const) and rest.b.value % c == 0:
+                rest = rest.a  # (x % (k*c)) % c -> x % c
+            return BinOp(BinKind.FLOORMOD, rest, Const(c, d))
+        if lo is not None and hi is not None and lo // c == hi // c:
+            q = Const(lo // c, d)  # x // c is constant over x's range
+        elif isinstance(rest, BinOp) and rest.op is BinKind.FLOORDIV and \
+                isinstance(rest.b, Const) and rest.b.value > 0:
+            q = BinOp(BinKind.FLOORDIV, rest.a, Const(rest.b.value * c, d))  # (x//a)//b
+        else:
+            q = BinOp(BinKind.FLOORDIV, rest, Const(c, d))
+        qt, qc = _linear(q)
+        for t, k in qt.items():
+            quot[t] = quot.get(t, 0) + k
+        return _build(quot, quot_const + qc, d)
+
+    def _minmax(self, op: BinKind, a: Expr, b: Expr) -> Expr | None:
+        if a == b:
+            return a  # min(x, x) -> x
+        if a.dtype not in _INDEX:
+            return None
+        lo, hi = self.bound(self.binop(BinKind.SUB, a, b))
+        if op is BinKind.MIN:
+            if hi is not None and hi <= 0:
+                return a  # min(a, b) -> a when a <= b
+            if lo is not None and lo >= 0:
+                return b
+        else:
+            if lo is not None and lo >= 0:
+                return a
+            if hi is not None and hi <= 0:
+                return b
+        return None
+
+    def _compare(self, op: BinKind, a: Expr, b: Expr) -> Expr | None:
+        diff = self.binop(BinKind.SUB, a, b)
+        lo, hi = self.bound(diff)
+        yes, no = Const(True, "bool"), Const(False, "bool")
+        if op is BinKind.LT:
+            return yes if hi is not None and hi < 0 else no if lo is not None and lo >= 0 \
+                else None
+        if op is BinKind.LE:
+            return yes if hi is not None and hi <= 0 else no if lo is not None and lo > 0 \
+                else None
+        if lo is not None and lo == hi:
+            return Const((lo == 0) == (op is BinKind.EQ), "bool")
+        if (lo is not None and lo > 0) or (hi is not None and hi < 0):
+            return Const(op is BinKind.NE, "bool")
+        return None
+
+    def visit_Not(self, e):
+        a = self.visit(e.a)
+        if isinstance(a, Const):
+            return Const(not a.value, "bool")  # !True -> False
+        if isinstance(a, Not):
+            return a.a  # !!x -> x
+        return e if a is e.a else Not(a)
+
+    def visit_Select(self, e):
+        c, t, f = self.visit(e.cond), self.visit(e.t), self.visit(e.f)
+        if isinstance(c, Const):
+            return t if c.value else f  # select(True, t, f) -> t
+        if t == f:
+            return t  # select(c, x, x) -> x
+        return e if c is e.cond and t is e.t and f is e.f else Select(c, t, f)
+
+    def visit_Cast(self, e):
+        v = self.visit(e.value)
+        if v.dtype == e.dtype:
+            return v  # T(x: T) -> x
+        if isinstance(v, Const):
+            with np.errstate(all="ignore"):
+                return Const(np.array(v.value, v.dtype).astype(e.dtype).item(), e.dtype)
+        return e if v is e.value else Cast(e.dtype, v)
+
+    def visit_Call(self, e):
+        args = tuple(self.visit(a) for a in e.args)
+        if len(args) == 1 and isinstance(args[0], Const) and e.name in _NP_CALL:
+            with np.errstate(all="ignore"):
+                r = _NP_CALL[e.name](np.array(args[0].value, e.dtype))
+            if math.isfinite(float(r)):
+                return Const(r.item(), e.dtype)
+        return e if all(x is y for x, y in zip(args, e.args)) else Call(e.name, args, e.dtype)
+
+
+def _logic(op: BinKind, a: Expr, b: Expr) -> Expr | None:
+    for x, y in ((a, b), (b, a)):
+        if isinstance(x, Const):
+            if op is BinKind.AND:
+                return y if x.value else x  # True & y -> y ; False & y -> False
+            return x if x.value else y      # True | y -> True ; False | y -> y
+    if a == b:
+        return a
+    return None
+
+
+def _float_identity(op: BinKind, a: Expr, b: Expr) -> Expr | None:
+    one = isinstance(b, Const) and b.value == 1.0
+    if op in (BinKind.MUL, BinKind.DIV) and one:
+        return a  # x*1 -> x ; x/1 -> x
+    if op is BinKind.MUL and isinstance(a, Const) and a.value == 1.0:
+        return b  # 1*x -> x
+    if op is BinKind.SUB and isinstance(b, Const) and b.value == 0.0:
+        return a  # x-0 -> x
+    return None
+
+
+def simplify(e: Expr, ranges: dict | None = None) -> Expr:
+    """Simplify ``e``; ``ranges`` maps Vars to inclusive (lo, hi) ints known to hold."""
+    return Simplifier(ranges).visit(e)
+
+
+class _PushMinMax(ExprMutator):
+    """``min(a, b) + c -> min(a + c, b + c)``: exposes constant extents of bound regions."""
+
+    def visit_BinOp(self, e):
+        a, b = self.visit(e.a), self.visit(e.b)
+        if e.op in (BinKind.ADD, BinKind.SUB) and a.dtype in _INDEX:
+            if isinstance(a, BinOp) and a.op in (BinKind.MIN, BinKind.MAX):
+                return BinOp(a.op, self.visit(BinOp(e.op, a.a, b)),
+                             self.visit(BinOp(e.op, a.b, b)))
+            if isinstance(b, BinOp) and b.op in (BinKind.MIN, BinKind.MAX):
+                flip = {BinKind.MIN: BinKind.MAX, BinKind.MAX: BinKind.MIN}
+                op = b.op if e.op is BinKind.ADD else flip[b.op]
+                return BinOp(op, self.visit(BinOp(e.op, a, b.a)), self.visit(BinOp(e.op, a, b.b)))
+        return e if a is e.a and b is e.b else BinOp(e.op, a, b)
+
+
+def upper_bound(e: Expr, ranges: dict | None = None) -> int | None:
+    """A constant upper bound of an integer expression, or None if there is none."""
+    pushed = simplify(_PushMinMax().visit(simplify(e, ranges)), ranges)
+    return const_bound(pushed, ranges)[1]

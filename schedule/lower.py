@@ -1,0 +1,387 @@
+"""Lowering: a Schedule and its arguments become one loop nest (a LoweredFunc).
+
+The pipeline, in order (each step needs the one before):
+  1. check the arguments and the attachments (``check``): every error is raised before any IR
+     is built, so an invalid schedule never reaches a compiler;
+  2. inline: substitute compute_inline stages into their readers' bodies;
+  3. bound inference, consumers first: a stage's region needs the regions of its readers;
+  4. build each root stage's nest, placing attached stages, tail guards (turned into loop
+     bounds where the guarded loop is innermost in the guard), reduction init nests;
+  5. passes: simplify with loop ranges, then unroll (unrolling needs constant extents, which
+     simplification exposes).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from ..errors import ScheduleError
+from ..lang import dtype as dt
+from ..lang.expr import BinKind, BinOp, BufferLoad, Const, Expr, IterKind, IterVar, Load, Var
+from ..lang.simplify import _linear, simplify, upper_bound
+from ..lang.tensor import ComputeOp, PlaceholderOp, Tensor
+from ..lang.visitor import ExprMutator, collect_loads, collect_vars, substitute
+from .bound import LoopNest, interval, loop_nest, relax_leaves, root_intervals, union_region
+from .schedule import Schedule
+from .stage import Annot, Stage
+from .stmt import Allocate, Buffer, For, ForKind, IfThenElse, LetStmt, Stmt, Store, seq
+from .passes import simplify_stmt, unroll_loops, check_nesting
+
+_FOR_KIND = {Annot.UNROLL: ForKind.UNROLLED, Annot.VECTORIZE: ForKind.VECTORIZED,
+             Annot.PARALLEL: ForKind.PARALLEL, Annot.BIND: ForKind.THREAD}
+
+
+@dataclass
+class LoweredFunc:
+    """A lowered function: its arguments' buffers, symbolic size parameters and loop nest."""
+
+    name: str
+    args: list[Tensor]
+    buffers: list[Buffer]
+    size_vars: list[Var]
+    body: Stmt
+
+    def __str__(self) -> str:
+        def arg(b: Buffer) -> str:
+            return f"{b.name}: {b.dtype}[{', '.join(str(x) for x in b.shape)}]"
+        head = f"def {self.name}({', '.join(arg(b) for b in self.buffers)}):"
+        body = str(self.body)
+        return head + "\n" + "\n".join("  " + ln for ln in body.splitlines())
+
+    __repr__ = __str__
+
+
+def lower(s: Schedule, args, name: str = "main") -> LoweredFunc:
+    """Lower schedule ``s`` to a loop nest taking ``args`` (tensors, in call order)."""
+    return _Lowering(s, list(args), name).run()
+
+
+class _Inline(ExprMutator):
+    def __init__(self, inlined: dict[int, ComputeOp]):
+        self.inlined = inlined
+
+    def visit_Load(self, e):
+        e = super().visit_Load(e)
+        op = self.inlined.get(id(e.tensor.op))
+        if op is None:
+            return e
+        body = substitute(op.body, {a.var: i for a, i in zip(op.axis, e.indices)})
+        return self.visit(body)
+
+
+_IDENTITY = {"sum": lambda d: 0, "prod": lambda d: 1, "max": dt.min_value, "min": dt.max_value}
+
+
+def _combine(combiner: str, old: Expr, new: Expr) -> Expr:
+    op = {"sum": BinKind.ADD, "prod": BinKind.MUL, "max": BinKind.MAX, "min": BinKind.MIN}
+    return BinOp(op[combiner], old, new)
+
+
+class _Lowering:
+    def __init__(self, s: Schedule, args: list, name: str):
+        self.s, self.args, self.name = s, args, name
+        self.ranges: dict[Var, tuple[int, int]] = {}
+        self.body: dict[Stage, Expr] = {}
+        self.readers: dict[Stage, list[Stage]] = defaultdict(list)
+        self.nests: dict[Stage, LoopNest] = {}
+        self.buffers: dict[int, Buffer] = {}          # id(tensor) -> buffer
+        self.offsets: dict[int, list[Expr]] = {}      # id(tensor) -> per-dim min (let vars)
+        self.attached: dict[tuple[Stage, IterVar], list[Stage]] = defaultdict(list)
+        self.lets: dict[Stage, list[tuple[Var, Expr]]] = {}
+
+    # ---- 1-2: checks and inlining ------------------------------------------------------
+
+    def run(self) -> LoweredFunc:
+        stages = [st for st in self.s.stages if st.attach[0] != "inline"]
+        inlined = {id(st.op): st.op for st in self.s.stages if st.attach[0] == "inline"}
+        inl = _Inline(inlined)
+        for st in stages:
+            self.body[st] = inl.visit(st.op.body)
+        for st in stages:
+            for t in dict.fromkeys(ld.tensor for ld in collect_loads(self.body[st])):
+                if isinstance(t.op, ComputeOp):
+                    self.readers[self.s[t]].append(st)
+        arg_bufs, size_vars = self._check_args(stages)
+        self._check_attach(stages)
+        for st in reversed(stages):
+            self._infer(st)
+        root = [st for st in stages if st.attach[0] == "root"]
+        stmt = seq(*(self._stage_stmt(st) for st in root))
+        for st in reversed(root):
+            t = st.op.output
+            if id(t) not in {id(a) for a in self.args}:
+                stmt = Allocate(self.buffers[id(t)], stmt)
+        check_nesting(stmt)
+        stmt = simplify_stmt(stmt)
+        stmt = unroll_loops(stmt)
+        return LoweredFunc(self.name, self.args, arg_bufs, size_vars, stmt)
+
+    def _check_args(self, stages):
+        seen, bufs, names = set(), [], set()
+        for a in self.args:
+            if not isinstance(a, Tensor):
+                raise ScheduleError(f"lower: arguments must be tensors; got {a!r}")
+            if id(a) in seen:
+                raise ScheduleError(f"lower: tensor '{a.name}' is given twice in the arguments")
+            seen.add(id(a))
+            bname, n = a.name, 1
+            while bname in names:
+                bname, n = f"{a.name}_{n}", n + 1
+            names.add(bname)
+            buf = Buffer(bname, a.shape, a.dtype, "global")
+            self.buffers[id(a)] = buf
+            bufs.append(buf)
+            if isinstance(a.op, ComputeOp):
+                st = self.s[a]
+                if st.attach[0] != "root":
+                    raise ScheduleError(f"lower: '{a.name}' is an argument, so it is written whole "
+                                        f"to memory, but stage '{st.name}' is "
+                                        f"{st.attach[0]}d; compute it at root or drop it from "
+                                        "the arguments")
+        for t in self.s.outputs:
+            if id(t) not in seen:
+                raise ScheduleError(f"lower: output '{t.name}' is not in the arguments; pass "
+                                    "every output tensor (and every input placeholder)")
+        for st in stages:
+            for ld in collect_loads(self.body[st]):
+                t = ld.tensor
+                if isinstance(t.op, PlaceholderOp) and id(t) not in seen:
+                    raise ScheduleError(f"lower: stage '{st.name}' reads placeholder "
+                                        f"'{t.name}', which is not in the arguments; add it")
+        size_vars: dict[Var, None] = {}
+        for a in self.args:
+            for d in a.shape:
+                if isinstance(d, Expr):
+                    for v in collect_vars(d):
+                        size_vars[v] = None
+        for st in stages:
+            for d in list(st.op.output.shape) + [r.extent for r in st.op.reduce_axis]:
+                if isinstance(d, Expr):
+                    missing = [v.name for v in collect_vars(d) if v not in size_vars]
+                    if missing:
+                        raise ScheduleError(f"lower: the size {', '.join(missing)} of stage "
+                                            f"'{st.name}' does not appear in any argument's "
+                                            "shape, so it cannot be bound at call time")
+        return bufs, list(size_vars)
+
+    def _within(self, r: Stage, host: Stage, loop: IterVar) -> bool:
+        """Is stage ``r`` computed inside ``host``'s loop ``loop``?"""
+        if r is host:
+            return True
+        while r.attach[0] == "at":
+            _, parent, pl = r.attach
+            if parent is host:
+                order = host.leaf_iter_vars
+                return order.index(pl) >= order.index(loop)
+            r = parent
+        return False
+
+    def _check_attach(self, stages):
+        for st in stages:
+            if st.attach[0] != "at":
+                continue
+            _, parent, loop = st.attach
+            prim = f"compute_at({parent.name}, {loop.name})"
+            if parent.attach[0] == "inline":
+                raise ScheduleError(f"stage '{st.name}': {prim}: stage '{parent.name}' is "
+                                    "inlined and has no loops; attach to the stage it is "
+                                    "inlined into")
+            if loop not in parent.leaf_iter_vars:
+                raise ScheduleError(f"stage '{st.name}': {prim}: loop '{loop.name}' of "
+                                    f"'{parent.name}' was split or fused after compute_at; "
+                                    "attach to one of its current loops")
+            if parent not in self.readers[st]:
+                raise ScheduleError(f"stage '{st.name}': {prim}: '{parent.name}' does not read "
+                                    f"'{st.name}' after inlining; compute_at a reader")
+            for r in self.readers[st]:
+                if not self._within(r, parent, loop):
+                    raise ScheduleError(
+                        f"stage '{st.name}': {prim}: stage '{r.name}' also reads "
+                        f"'{st.name}' outside loop '{loop.name}'; compute_at a loop that "
+                        "encloses every reader, or compute_root")
+            self.attached[(parent, loop)].append(st)
+
+    # ---- 3: bound inference ------------------------------------------------------------
+
+    def _infer(self, st: Stage) -> None:
+        t = st.op.output
+        full = [(Const(0, "int32"), _as_expr(d)) for d in t.shape]
+        red = [(r.min, r.extent) for r in st.op.reduce_axis]
+        if st.attach[0] == "root":
+            region = full
+            if id(t) not in self.buffers:
+                self.buffers[id(t)] = Buffer(st.name, t.shape, t.dtype, "local")
+            self.offsets[id(t)] = [Const(0, "int32")] * t.ndim
+        else:
+            region = self._attached_region(st)
+        nest = loop_nest(st, region + red, self.ranges)
+        self.nests[st] = nest
+        for leaf in st.leaf_iter_vars:
+            ub = upper_bound(nest.extents[leaf], self.ranges)
+            if ub is not None:
+                self.ranges[leaf.var] = (0, max(ub - 1, 0))
+
+    def _attached_region(self, st: Stage):
+        _, host, loop = st.attach
+        t = st.op.output
+        env: dict = {}
+        hnest = self.nests[host]
+        order = host.leaf_iter_vars
+        relax_leaves(hnest, order[order.index(loop) + 1:], env, self.ranges)
+        inside = [r for r in reversed(self.s.stages) if r in self.nests and r is not host
+                  and r.attach[0] == "at" and self._within(r, host, loop)]
+        for r in inside:  # consumers first: a stage's lets use its host's loop variables
+            for v, val in self.lets[r]:
+                iv = interval(val, env, self.ranges)
+                env[v] = iv if iv is not None else (Const(0, "int32"), Const(2**31 - 1, "int32"))
+            relax_leaves(self.nests[r], r.leaf_iter_vars, env, self.ranges)
+        accesses = []
+        for r in self.readers[st]:
+            roots = root_intervals(self.nests[r], env, self.ranges)
+            for ld in collect_loads(self.body[r]):
+                if ld.tensor is t:
+                    accesses.append(ld.indices)
+            env.update(roots)
+        region = union_region(t.shape, accesses, env, self.ranges)
+        # the region is bound once per attach point to variables (let statements)
+        lets, offsets, shape = [], [], []
+        for d, (mn, ext) in enumerate(region):
+            mv, ev = Var(f"{st.name}.min{d}"), Var(f"{st.name}.ext{d}")
+            lets += [(mv, mn), (ev, ext)]
+            offsets.append(mv)
+            ub = upper_bound(ext, self.ranges)
+            shape.append(ub if ub is not None else t.shape[d])
+            lo = upper_bound(-ext, self.ranges)
+            self.ranges[ev] = (0 if lo is None else max(-lo, 0), ub if ub is not None else 2**31)
+        self.lets[st] = lets
+        self.offsets[id(t)] = offsets
+        self.buffers[id(t)] = Buffer(st.name, tuple(shape), t.dtype, "local")
+        return [(mv, ev) for (mv, _), (ev, _) in zip(lets[::2], lets[1::2])]
+
+    # ---- 4: building nests -------------------------------------------------------------
+
+    def _to_buffers(self, e: Expr) -> Expr:
+        lw = self
+
+        class ToBuffers(ExprMutator):
+            def visit_Load(self, ld):
+                idx = tuple(self.visit(i) for i in ld.indices)
+                t = ld.tensor
+                buf = lw.buffers[id(t)]
+                offs = lw.offsets.get(id(t))
+                if offs is not None:
+                    idx = tuple(i - o for i, o in zip(idx, offs))
+                return BufferLoad(buf, idx)
+
+        return ToBuffers().visit(e)
+
+    def _core(self, st: Stage, nest: LoopNest) -> tuple[Stmt, Stmt | None]:
+        """The innermost statement and, for reductions, the init store."""
+        t = st.op.output
+        buf = self.buffers[id(t)]
+        offs = self.offsets[id(t)]
+        values = nest.values
+        idx = tuple(simplify(values[a.var] - o, self.ranges) for a, o in zip(st.op.axis, offs))
+        body = substitute(self.body[st], values)
+        if not st.op.is_reduction:
+            return Store(buf, idx, self._to_buffers(body)), None
+        src = self._to_buffers(body.source)
+        update: Stmt = Store(buf, idx, _combine(body.combiner, BufferLoad(buf, idx), src))
+        if body.where is not None:
+            update = IfThenElse(self._to_buffers(body.where), update)
+        init = Store(buf, idx, Const(_IDENTITY[body.combiner](t.dtype), t.dtype))
+        return update, init
+
+    def _place_guards(self, st: Stage, nest: LoopNest):
+        """Guards per loop level (-1: outside all loops); some become loop bounds."""
+        leaves = st.leaf_iter_vars
+        depth = {v.var: k for k, v in enumerate(leaves)}
+        guards: dict[int, list[Expr]] = defaultdict(list)
+        extents = [nest.extents[v] for v in leaves]
+        for g in nest.guards:
+            g = simplify(g, self.ranges)
+            if isinstance(g, Const):
+                if g.value:
+                    continue
+            vs = [depth[v] for v in collect_vars(g) if v in depth]
+            lvl = max(vs) if vs else -1
+            bound = self._as_loop_bound(g, leaves[lvl]) if lvl >= 0 else None
+            if bound is not None and st.annotations.get(leaves[lvl], (None,))[0] not in (
+                    Annot.UNROLL, Annot.BIND):
+                extents[lvl] = simplify(BinOp(BinKind.MIN, extents[lvl], bound), self.ranges)
+            else:
+                guards[lvl].append(g)
+        return guards, extents
+
+    @staticmethod
+    def _as_loop_bound(g: Expr, leaf: IterVar) -> Expr | None:
+        """``v + rest < 0`` (v the innermost loop) as the bound ``-rest`` of v, else None."""
+        if not (isinstance(g, BinOp) and g.op is BinKind.LT):
+            return None
+        terms, const = _linear(simplify(g.a - g.b))
+        if terms.get(leaf.var) != 1:
+            return None
+        rest = {t: k for t, k in terms.items() if t != leaf.var}
+        if any(leaf.var in collect_vars(t) for t in rest):
+            return None
+        neg = Const(0, "int32")
+        for t, k in rest.items():
+            neg = neg - t * k
+        return simplify(neg - const)
+
+    def _loop(self, st: Stage, leaf: IterVar, extent: Expr, body: Stmt) -> For:
+        ann = st.annotations.get(leaf)
+        kind = _FOR_KIND[ann[0]] if ann else ForKind.SERIAL
+        tag = ann[1] if ann and ann[0] is Annot.BIND else None
+        return For(leaf.var, Const(0, "int32"), extent, kind, body, tag)
+
+    def _stage_stmt(self, st: Stage) -> Stmt:
+        nest = self.nests[st]
+        leaves = st.leaf_iter_vars
+        guards, extents = self._place_guards(st, nest)
+        core, init = self._core(st, nest)
+        first_red = next((k for k, v in enumerate(leaves) if v.kind is IterKind.REDUCE), None)
+        stmt = core
+        for lvl in reversed(range(len(leaves))):
+            stmt = _guard(guards.get(lvl, []), self._with_attached(st, leaves[lvl], stmt))
+            stmt = self._loop(st, leaves[lvl], extents[lvl], stmt)
+            if init is not None and lvl == first_red:
+                stmt = seq(self._init_nest(st, init, guards, extents, first_red), stmt)
+        stmt = _guard(guards.get(-1, []), stmt)
+        return stmt
+
+    def _init_nest(self, st, init: Stmt, guards, extents, first_red: int) -> Stmt:
+        leaves = st.leaf_iter_vars
+        stmt = init
+        for lvl in reversed(range(first_red + 1, len(leaves))):
+            if leaves[lvl].kind is IterKind.SPATIAL:
+                stmt = self._loop(st, leaves[lvl], extents[lvl], _guard(guards.get(lvl, []), stmt))
+        return stmt
+
+    def _with_attached(self, host: Stage, leaf: IterVar, body: Stmt) -> Stmt:
+        prods = self.attached.get((host, leaf), [])
+        if not prods:
+            return body
+        stmt = seq(*(self._stage_stmt(p) for p in prods), body)
+        for p in reversed(prods):
+            stmt = Allocate(self.buffers[id(p.op.output)], stmt)
+        for p in reversed(prods):
+            for v, val in reversed(self.lets[p]):
+                stmt = LetStmt(v, val, stmt)
+        return stmt
+
+
+def _guard(conds: list[Expr], body: Stmt) -> Stmt:
+    if not conds:
+        return body
+    c = conds[0]
+    for x in conds[1:]:
+        c = BinOp(BinKind.AND, c, x)
+    return IfThenElse(c, body)
+
+
+def _as_expr(d) -> Expr:
+    return d if isinstance(d, Expr) else Const(d, "int32")
+
+
+__all__ = ["LoweredFunc", "lower", "Load"]

@@ -1,0 +1,124 @@
+"""Statement-level passes: simplification with loop ranges, unrolling, nesting checks."""
+from __future__ import annotations
+
+from ..errors import ScheduleError
+from ..lang.expr import Const, Expr, Var
+from ..lang.simplify import const_bound, simplify, upper_bound
+from ..lang.visitor import substitute
+from .stmt import For, ForKind, IfThenElse, LetStmt, Seq, Stmt, StmtMutator, StmtVisitor, seq
+
+MAX_UNROLL = 64   # constant extents up to this are unrolled in the IR; longer get a pragma
+
+_EMPTY = Seq(())
+
+
+class _Simplify(StmtMutator):
+    """Simplify every expression knowing each loop variable's range; drop dead code."""
+
+    def __init__(self):
+        self.ranges: dict[Var, tuple[int, int]] = {}
+
+    def visit_expr(self, e: Expr) -> Expr:
+        return simplify(e, self.ranges)
+
+    def visit_For(self, s):
+        mn, ext = self.visit_expr(s.min), self.visit_expr(s.extent)
+        if isinstance(ext, Const) and ext.value <= 0:
+            return _EMPTY
+        if isinstance(ext, Const) and ext.value == 1 and s.kind is not ForKind.THREAD:
+            return self.visit(substitute_stmt(s.body, {s.var: mn}))
+        ub = upper_bound(ext, self.ranges)
+        lo = const_bound(mn, self.ranges)
+        if ub is not None and lo[0] is not None and lo[1] is not None:
+            self.ranges[s.var] = (lo[0], lo[1] + max(ub, 1) - 1)
+        body = self.visit(s.body)
+        self.ranges.pop(s.var, None)
+        if body is _EMPTY:
+            return _EMPTY
+        if mn is s.min and ext is s.extent and body is s.body:
+            return s
+        return For(s.var, mn, ext, s.kind, body, s.tag)
+
+    def visit_IfThenElse(self, s):
+        c = self.visit_expr(s.cond)
+        if isinstance(c, Const):
+            if c.value:
+                return self.visit(s.then)
+            return self.visit(s.orelse) if s.orelse is not None else _EMPTY
+        t = self.visit(s.then)
+        e = None if s.orelse is None else self.visit(s.orelse)
+        return IfThenElse(c, t, e)
+
+    def visit_LetStmt(self, s):
+        v = self.visit_expr(s.value)
+        lo, hi = const_bound(v, self.ranges)
+        if lo is not None and hi is not None:
+            self.ranges[s.var] = (lo, hi)
+        if isinstance(v, (Const, Var)):
+            return self.visit(substitute_stmt(s.body, {s.var: v}))
+        b = self.visit(s.body)
+        return LetStmt(s.var, v, b)
+
+    def visit_Seq(self, s):
+        xs = [self.visit(x) for x in s.stmts]
+        return seq(*(x for x in xs if x is not _EMPTY)) if any(
+            x is not _EMPTY for x in xs) else _EMPTY
+
+
+class _Substitute(StmtMutator):
+    def __init__(self, mapping):
+        self.mapping = mapping
+
+    def visit_expr(self, e):
+        return substitute(e, self.mapping)
+
+
+def substitute_stmt(s: Stmt, mapping: dict[Var, Expr]) -> Stmt:
+    return _Substitute(mapping).visit(s)
+
+
+def simplify_stmt(s: Stmt) -> Stmt:
+    return _Simplify().visit(s)
+
+
+class _Unroll(StmtMutator):
+    def visit_For(self, s):
+        body = self.visit(s.body)
+        if s.kind is ForKind.UNROLLED and isinstance(s.extent, Const) and \
+                isinstance(s.min, Const) and s.extent.value <= MAX_UNROLL:
+            return simplify_stmt(seq(*(substitute_stmt(body, {s.var: Const(s.min.value + k,
+                                                                                "int32")})
+                                       for k in range(s.extent.value))))
+        return s if body is s.body else For(s.var, s.min, s.extent, s.kind, body, s.tag)
+
+
+def unroll_loops(s: Stmt) -> Stmt:
+    """Replace unrolled loops of constant extent (<= MAX_UNROLL) by copies of their body."""
+    return _Unroll().visit(s)
+
+
+class _Nesting(StmtVisitor):
+    def __init__(self):
+        self.vector: For | None = None
+
+    def visit_For(self, s):
+        if self.vector is not None:
+            if s.kind is ForKind.PARALLEL:
+                raise ScheduleError(
+                    f"parallel loop '{s.var.name}' is nested inside vectorized loop "
+                    f"'{self.vector.var.name}'; vectorize an inner loop or parallelize an "
+                    "outer one")
+            if s.kind is ForKind.VECTORIZED:
+                raise ScheduleError(
+                    f"vectorized loop '{s.var.name}' is nested inside vectorized loop "
+                    f"'{self.vector.var.name}'; vectorize only one of them (the innermost)")
+        outer = self.vector
+        if s.kind is ForKind.VECTORIZED:
+            self.vector = s
+        super().visit_For(s)
+        self.vector = outer
+
+
+def check_nesting(s: Stmt) -> None:
+    """Refuse loop kinds that cannot nest (parallel or vector inside a vectorized loop)."""
+    _Nesting().visit(s)

@@ -1,0 +1,147 @@
+"""The Schedule: one Stage per compute of a DAG, in producer-before-consumer order."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..errors import ScheduleError
+from ..lang.expr import IterVar
+from ..lang.tensor import ComputeOp, PlaceholderOp, Tensor
+from .stage import Stage
+from .steps import Step
+
+
+def _topo_ops(outputs: Sequence[Tensor]) -> list:
+    order, seen = [], set()
+
+    def visit(op):
+        if id(op) in seen:
+            return
+        seen.add(id(op))
+        for t in op.inputs:
+            visit(t.op)
+        order.append(op)
+
+    for t in outputs:
+        visit(t.op)
+    return order
+
+
+class Schedule:
+    """How to compute ``outputs``: ``s[T]`` is the Stage of tensor T."""
+
+    def __init__(self, outputs: Sequence[Tensor]):
+        self.outputs = list(outputs)
+        self.steps: list[Step] = []
+        self.stages: list[Stage] = []
+        self._stage_of: dict[int, Stage] = {}
+        names: set[str] = set()
+        for op in _topo_ops(self.outputs):
+            if isinstance(op, ComputeOp):
+                self._add_stage(op, names)
+        for t in self.outputs:
+            self._stage_of[id(t.op)].is_output = True
+
+    def _add_stage(self, op, names: set[str] | None = None, index: int | None = None) -> Stage:
+        names = names if names is not None else {s.name for s in self.stages}
+        name, n = op.name, 1
+        while name in names:
+            name, n = f"{op.name}_{n}", n + 1
+        names.add(name)
+        st = Stage(op, self, name)
+        if index is None:
+            self.stages.append(st)
+        else:
+            self.stages.insert(index, st)
+        self._stage_of[id(op)] = st
+        return st
+
+    def __getitem__(self, t) -> Stage:
+        op = t.op if isinstance(t, Tensor) else t
+        st = self._stage_of.get(id(op))
+        if st is not None:
+            return st
+        name = getattr(op, "name", repr(t))
+        if isinstance(op, PlaceholderOp):
+            raise ScheduleError(f"s[{name}]: '{name}' is a placeholder (an input); it has no "
+                                "loops to schedule")
+        raise ScheduleError(f"s[{name}]: tensor '{name}' is not computed by this schedule; "
+                            f"its stages are {[s.name for s in self.stages]}")
+
+    def stage(self, name: str) -> Stage:
+        for st in self.stages:
+            if st.name == name:
+                return st
+        raise ScheduleError(f"no stage named '{name}'; stages are {[s.name for s in self.stages]}")
+
+    def _owner_of(self, loop: IterVar) -> Stage | None:
+        for st in self.stages:
+            if loop in st.all_iter_vars:
+                return st
+        return None
+
+    def readers(self, stage: Stage) -> list[Stage]:
+        """Stages whose op loads ``stage``'s tensor directly."""
+        t = stage.op.output
+        return [s for s in self.stages if any(x is t for x in s.op.inputs)]
+
+    def _reads_transitively(self, consumer: Stage, producer: Stage) -> bool:
+        """Does ``consumer`` read ``producer``, directly or through other computes?"""
+        t = producer.op.output
+        stack, seen = [consumer.op], set()
+        while stack:
+            op = stack.pop()
+            for x in op.inputs:
+                if x is t:
+                    return True
+                if id(x.op) not in seen and isinstance(x.op, ComputeOp):
+                    seen.add(id(x.op))
+                    stack.append(x.op)
+        return False
+
+    def __repr__(self):
+        return f"Schedule(stages={[s.name for s in self.stages]})"
+
+
+def create_schedule(outputs) -> Schedule:
+    """A schedule computing ``outputs`` (a tensor or a list) with every stage at root."""
+    outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+    for t in outs:
+        if not isinstance(t, Tensor):
+            raise ScheduleError(f"create_schedule: expected tensors; got {t!r}")
+        if isinstance(t.op, PlaceholderOp):
+            raise ScheduleError(f"create_schedule: '{t.name}' is a placeholder; schedule the "
+                                "computes that produce your outputs")
+    return Schedule(outs)
+
+
+def replay(s: Schedule, steps: Sequence[Step]) -> Schedule:
+    """Apply recorded ``steps`` to a fresh schedule ``s`` (of the same computation)."""
+    for step in steps:
+        _apply(s, step)
+    return s
+
+
+def _apply(s: Schedule, step: Step) -> None:
+    from . import memory
+    p, a = step.primitive, step.args
+    if p in memory.SCHEDULE_PRIMITIVES:
+        memory.replay_step(s, step)
+        return
+    st = s.stage(step.stage)
+    if p == "split":
+        st.split(st.loop(a[0]), factor=a[1], nparts=a[2])
+    elif p == "fuse":
+        st.fuse(*(st.loop(n) for n in a))
+    elif p == "reorder":
+        st.reorder(*(st.loop(n) for n in a))
+    elif p in ("unroll", "vectorize", "parallel"):
+        getattr(st, p)(st.loop(a[0]))
+    elif p == "bind":
+        st.bind(st.loop(a[0]), a[1])
+    elif p == "compute_at":
+        parent = s.stage(a[0])
+        st.compute_at(parent, parent.loop(a[1]))
+    elif p in ("compute_inline", "compute_root"):
+        getattr(st, p)()
+    else:
+        raise ScheduleError(f"replay: unknown primitive '{p}' in step {step}")

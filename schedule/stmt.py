@@ -1,0 +1,238 @@
+"""The loop-nest IR that lowering produces and code generators consume."""
+from __future__ import annotations
+
+import enum
+import itertools
+from dataclasses import dataclass
+
+from ..lang.expr import Expr, Var
+
+_buf_ids = itertools.count(1)
+
+
+class Buffer:
+    """A region of memory: a function argument ("global"), or an intermediate ("local")."""
+
+    __slots__ = ("name", "shape", "dtype", "scope", "uid")
+
+    def __init__(self, name: str, shape: tuple, dtype: str, scope: str = "global"):
+        self.name, self.shape, self.dtype, self.scope = name, tuple(shape), dtype, scope
+        self.uid = next(_buf_ids)
+
+    def __repr__(self):
+        return f"Buffer({self.name}, {list(self.shape)}, {self.dtype}, {self.scope})"
+
+
+class ForKind(enum.Enum):
+    SERIAL = "serial"
+    PARALLEL = "parallel"
+    VECTORIZED = "vectorized"
+    UNROLLED = "unrolled"
+    THREAD = "thread"        # bound to a GPU index (the tag is on the For)
+
+
+class Stmt:
+    __slots__ = ()
+
+    def __str__(self) -> str:
+        return stmt_str(self)
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class For(Stmt):
+    var: Var
+    min: Expr
+    extent: Expr
+    kind: ForKind
+    body: Stmt
+    tag: str | None = None
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class Seq(Stmt):
+    stmts: tuple[Stmt, ...]
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class IfThenElse(Stmt):
+    cond: Expr
+    then: Stmt
+    orelse: Stmt | None = None
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class Store(Stmt):
+    buffer: Buffer
+    indices: tuple[Expr, ...]
+    value: Expr
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class Allocate(Stmt):
+    buffer: Buffer
+    body: Stmt
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class LetStmt(Stmt):
+    var: Var
+    value: Expr
+    body: Stmt
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class Barrier(Stmt):
+    """A work-group barrier (OpenCL) separating cooperative loads from their use."""
+
+    scope: str = "local"
+
+
+def seq(*stmts: Stmt | None) -> Stmt:
+    """A Seq of the non-empty statements, flattening nested Seqs."""
+    out: list[Stmt] = []
+    for s in stmts:
+        if s is None:
+            continue
+        out.extend(s.stmts if isinstance(s, Seq) else (s,))
+    return out[0] if len(out) == 1 else Seq(tuple(out))
+
+
+class StmtVisitor:
+    """Walks statements (and optionally expressions via ``visit_expr``)."""
+
+    def visit(self, s: Stmt):
+        method = getattr(self, "visit_" + type(s).__name__, None)
+        if method is None:
+            raise TypeError(f"{type(self).__name__} has no case for {type(s).__name__}")
+        return method(s)
+
+    def visit_expr(self, e: Expr):
+        pass
+
+    def visit_For(self, s):
+        self.visit_expr(s.min)
+        self.visit_expr(s.extent)
+        self.visit(s.body)
+
+    def visit_Seq(self, s):
+        for x in s.stmts:
+            self.visit(x)
+
+    def visit_IfThenElse(self, s):
+        self.visit_expr(s.cond)
+        self.visit(s.then)
+        if s.orelse is not None:
+            self.visit(s.orelse)
+
+    def visit_Store(self, s):
+        for i in s.indices:
+            self.visit_expr(i)
+        self.visit_expr(s.value)
+
+    def visit_Allocate(self, s):
+        self.visit(s.body)
+
+    def visit_LetStmt(self, s):
+        self.visit_expr(s.value)
+        self.visit(s.body)
+
+    def visit_Barrier(self, s):
+        pass
+
+
+class StmtMutator:
+    """Rebuilds statements; ``visit_expr`` maps every expression (identity by default)."""
+
+    def visit(self, s: Stmt) -> Stmt:
+        method = getattr(self, "visit_" + type(s).__name__, None)
+        if method is None:
+            raise TypeError(f"{type(self).__name__} has no case for {type(s).__name__}")
+        return method(s)
+
+    def visit_expr(self, e: Expr) -> Expr:
+        return e
+
+    def visit_For(self, s):
+        mn, ext, body = self.visit_expr(s.min), self.visit_expr(s.extent), self.visit(s.body)
+        if mn is s.min and ext is s.extent and body is s.body:
+            return s
+        return For(s.var, mn, ext, s.kind, body, s.tag)
+
+    def visit_Seq(self, s):
+        xs = tuple(self.visit(x) for x in s.stmts)
+        return s if all(a is b for a, b in zip(xs, s.stmts)) else seq(*xs)
+
+    def visit_IfThenElse(self, s):
+        c, t = self.visit_expr(s.cond), self.visit(s.then)
+        e = None if s.orelse is None else self.visit(s.orelse)
+        return s if (c is s.cond and t is s.then and e is s.orelse) else IfThenElse(c, t, e)
+
+    def visit_Store(self, s):
+        idx = tuple(self.visit_expr(i) for i in s.indices)
+        v = self.visit_expr(s.value)
+        if v is s.value and all(a is b for a, b in zip(idx, s.indices)):
+            return s
+        return Store(s.buffer, idx, v)
+
+    def visit_Allocate(self, s):
+        b = self.visit(s.body)
+        return s if b is s.body else Allocate(s.buffer, b)
+
+    def visit_LetStmt(self, s):
+        v, b = self.visit_expr(s.value), self.visit(s.body)
+        return s if v is s.value and b is s.body else LetStmt(s.var, v, b)
+
+    def visit_Barrier(self, s):
+        return s
+
+
+# ---- printing ------------------------------------------------------------------------------
+
+class _Printer(StmtVisitor):
+    def __init__(self):
+        self.lines: list[str] = []
+        self.depth = 0
+
+    def emit(self, text: str):
+        self.lines.append("  " * self.depth + text)
+
+    def nested(self, s: Stmt):
+        self.depth += 1
+        self.visit(s)
+        self.depth -= 1
+
+    def visit_For(self, s):
+        kind = "" if s.kind is ForKind.SERIAL else f" {s.kind.value}"
+        if s.tag:
+            kind = f" bind({s.tag})"
+        self.emit(f"for {s.var.name} in [{s.min}, {s.min} + {s.extent}){kind}:"
+                  if str(s.min) != "0" else f"for {s.var.name} in [0, {s.extent}){kind}:")
+        self.nested(s.body)
+
+    def visit_IfThenElse(self, s):
+        self.emit(f"if {s.cond}:")
+        self.nested(s.then)
+        if s.orelse is not None:
+            self.emit("else:")
+            self.nested(s.orelse)
+
+    def visit_Store(self, s):
+        self.emit(f"{s.buffer.name}[{', '.join(str(i) for i in s.indices)}] = {s.value}")
+
+    def visit_Allocate(self, s):
+        shape = ", ".join(str(x) for x in s.buffer.shape)
+        self.emit(f"allocate {s.buffer.name}[{s.buffer.dtype} * {shape}] in {s.buffer.scope}")
+        self.visit(s.body)
+
+    def visit_LetStmt(self, s):
+        self.emit(f"let {s.var.name} = {s.value}")
+        self.visit(s.body)
+
+    def visit_Barrier(self, s):
+        self.emit("barrier()")
+
+
+def stmt_str(s: Stmt) -> str:
+    p = _Printer()
+    p.visit(s)
+    return "\n".join(p.lines)
