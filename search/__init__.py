@@ -1,0 +1,1 @@
+"""Search: templates, config spaces, measurement, tuners, tuning logs (being built)."""
