@@ -394,6 +394,11 @@ class _PushMinMax(ExprMutator):
         return e if a is e.a and b is e.b else BinOp(e.op, a, b)
 
 
+def push_minmax(e: Expr) -> Expr:
+    """Move additions into min/max: ``min(a, b) - c -> min(a - c, b - c)``."""
+    return _PushMinMax().visit(e)
+
+
 def upper_bound(e: Expr, ranges: dict | None = None) -> int | None:
     """A constant upper bound of an integer expression, or None if there is none."""
     pushed = simplify(_PushMinMax().visit(simplify(e, ranges)), ranges)

@@ -168,13 +168,26 @@ def compute(shape, fcompute: Callable, name: str = "compute", tag: str = "") -> 
         body = as_expr(body)
     except LangError as e:
         raise LangError(f"compute '{name}': {e}") from None
-    rax = _check_body(name, body, axis, shp)
+    _check_body(name, body, axis, shp)
+    return make_compute(name, axis, body, tag)
+
+
+def make_compute(name: str, axis: tuple[IterVar, ...], body: Expr, tag: str = "") -> Tensor:
+    """A new tensor computed by ``body`` over ``axis`` (parts already checked)."""
+    return compute_op(name, axis, body, tag).output
+
+
+def compute_op(name: str, axis: tuple[IterVar, ...], body: Expr, tag: str = "",
+               output: Tensor | None = None) -> ComputeOp:
+    """A ComputeOp from checked parts; with ``output`` the op computes that existing tensor
+    (schedules use this to rewrite a stage without touching the user's tensor)."""
     op = ComputeOp()
-    op.name, op.tag, op.axis, op.reduce_axis, op.body = name, tag, axis, rax, body
+    op.name, op.tag, op.axis, op.body = name, tag, tuple(axis), body
+    op.reduce_axis = body.axis if isinstance(body, Reduce) else ()
     op._inputs = tuple(dict.fromkeys(ld.tensor for ld in collect_loads(body)))
-    t = Tensor(shp, body.dtype, name, op)
-    op.output = t
-    return t
+    shape = tuple(a.extent.value if isinstance(a.extent, Const) else a.extent for a in axis)
+    op.output = output if output is not None else Tensor(shape, body.dtype, name, op)
+    return op
 
 
 def _check_body(name: str, body: Expr, axis, shape) -> tuple[IterVar, ...]:

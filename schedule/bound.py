@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..lang.expr import BinKind, BinOp, Cast, Const, Expr, IterVar, Var
-from ..lang.simplify import simplify, upper_bound
+from ..lang.simplify import push_minmax, simplify, upper_bound
 from ..lang.visitor import ExprVisitor
 from .stage import Fuse, Split, Stage
 
@@ -192,7 +192,7 @@ def union_region(shape, accesses: list[tuple[Expr, ...]], env: dict, ranges: dic
             hi = r[1] if hi is None else simplify(_max(hi, r[1]), ranges)
         lo = simplify(_max(lo, Const(0, "int32")), ranges)
         hi = simplify(_min(hi, size_e - 1), ranges)
-        region.append((lo, simplify(hi - lo + 1, ranges)))
+        region.append((lo, simplify(push_minmax(simplify(hi - lo + 1, ranges)), ranges)))
     return region
 
 

@@ -25,7 +25,7 @@ from .bound import LoopNest, interval, loop_nest, relax_leaves, root_intervals, 
 from .schedule import Schedule
 from .stage import Annot, Stage
 from .stmt import Allocate, Buffer, For, ForKind, IfThenElse, LetStmt, Stmt, Store, seq
-from .passes import simplify_stmt, unroll_loops, check_nesting
+from .passes import check_nesting, partition_tails, simplify_stmt, unroll_loops
 
 _FOR_KIND = {Annot.UNROLL: ForKind.UNROLLED, Annot.VECTORIZE: ForKind.VECTORIZED,
              Annot.PARALLEL: ForKind.PARALLEL, Annot.BIND: ForKind.THREAD}
@@ -62,7 +62,7 @@ class _Inline(ExprMutator):
 
     def visit_Load(self, e):
         e = super().visit_Load(e)
-        op = self.inlined.get(id(e.tensor.op))
+        op = self.inlined.get(id(e.tensor))
         if op is None:
             return e
         body = substitute(op.body, {a.var: i for a, i in zip(op.axis, e.indices)})
@@ -93,13 +93,13 @@ class _Lowering:
 
     def run(self) -> LoweredFunc:
         stages = [st for st in self.s.stages if st.attach[0] != "inline"]
-        inlined = {id(st.op): st.op for st in self.s.stages if st.attach[0] == "inline"}
+        inlined = {id(st.tensor): st.op for st in self.s.stages if st.attach[0] == "inline"}
         inl = _Inline(inlined)
         for st in stages:
             self.body[st] = inl.visit(st.op.body)
         for st in stages:
             for t in dict.fromkeys(ld.tensor for ld in collect_loads(self.body[st])):
-                if isinstance(t.op, ComputeOp):
+                if self.s.has_stage(t):
                     self.readers[self.s[t]].append(st)
         arg_bufs, size_vars = self._check_args(stages)
         self._check_attach(stages)
@@ -113,6 +113,7 @@ class _Lowering:
                 stmt = Allocate(self.buffers[id(t)], stmt)
         check_nesting(stmt)
         stmt = simplify_stmt(stmt)
+        stmt = partition_tails(stmt)
         stmt = unroll_loops(stmt)
         return LoweredFunc(self.name, self.args, arg_bufs, size_vars, stmt)
 
@@ -131,7 +132,7 @@ class _Lowering:
             buf = Buffer(bname, a.shape, a.dtype, "global")
             self.buffers[id(a)] = buf
             bufs.append(buf)
-            if isinstance(a.op, ComputeOp):
+            if self.s.has_stage(a):
                 st = self.s[a]
                 if st.attach[0] != "root":
                     raise ScheduleError(f"lower: '{a.name}' is an argument, so it is written whole "
@@ -145,7 +146,7 @@ class _Lowering:
         for st in stages:
             for ld in collect_loads(self.body[st]):
                 t = ld.tensor
-                if isinstance(t.op, PlaceholderOp) and id(t) not in seen:
+                if not self.s.has_stage(t) and id(t) not in seen:
                     raise ScheduleError(f"lower: stage '{st.name}' reads placeholder "
                                         f"'{t.name}', which is not in the arguments; add it")
         size_vars: dict[Var, None] = {}
@@ -210,7 +211,7 @@ class _Lowering:
         if st.attach[0] == "root":
             region = full
             if id(t) not in self.buffers:
-                self.buffers[id(t)] = Buffer(st.name, t.shape, t.dtype, "local")
+                self.buffers[id(t)] = Buffer(st.name, t.shape, t.dtype, st.scope or "local")
             self.offsets[id(t)] = [Const(0, "int32")] * t.ndim
         else:
             region = self._attached_region(st)
@@ -255,7 +256,7 @@ class _Lowering:
             self.ranges[ev] = (0 if lo is None else max(-lo, 0), ub if ub is not None else 2**31)
         self.lets[st] = lets
         self.offsets[id(t)] = offsets
-        self.buffers[id(t)] = Buffer(st.name, tuple(shape), t.dtype, "local")
+        self.buffers[id(t)] = Buffer(st.name, tuple(shape), t.dtype, st.scope or "local")
         return [(mv, ev) for (mv, _), (ev, _) in zip(lets[::2], lets[1::2])]
 
     # ---- 4: building nests -------------------------------------------------------------

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 from ..errors import ScheduleError
-from ..lang.expr import Const, Expr, Var
+from ..lang.expr import BinKind, BinOp, Const, Expr, Var
 from ..lang.simplify import const_bound, simplify, upper_bound
-from ..lang.visitor import substitute
+from ..lang.visitor import ExprMutator, ExprVisitor, collect_vars, substitute
 from .stmt import For, ForKind, IfThenElse, LetStmt, Seq, Stmt, StmtMutator, StmtVisitor, seq
 
 MAX_UNROLL = 64   # constant extents up to this are unrolled in the IR; longer get a pragma
@@ -54,7 +54,7 @@ class _Simplify(StmtMutator):
         lo, hi = const_bound(v, self.ranges)
         if lo is not None and hi is not None:
             self.ranges[s.var] = (lo, hi)
-        if isinstance(v, (Const, Var)):
+        if _is_affine(v):  # inline it, so that index arithmetic can cancel against it
             return self.visit(substitute_stmt(s.body, {s.var: v}))
         b = self.visit(s.body)
         return LetStmt(s.var, v, b)
@@ -63,6 +63,14 @@ class _Simplify(StmtMutator):
         xs = [self.visit(x) for x in s.stmts]
         return seq(*(x for x in xs if x is not _EMPTY)) if any(
             x is not _EMPTY for x in xs) else _EMPTY
+
+
+def _is_affine(e: Expr) -> bool:
+    if isinstance(e, (Const, Var)):
+        return True
+    if isinstance(e, BinOp) and e.op in (BinKind.ADD, BinKind.SUB, BinKind.MUL):
+        return _is_affine(e.a) and _is_affine(e.b)
+    return False
 
 
 class _Substitute(StmtMutator):
@@ -122,3 +130,110 @@ class _Nesting(StmtVisitor):
 def check_nesting(s: Stmt) -> None:
     """Refuse loop kinds that cannot nest (parallel or vector inside a vectorized loop)."""
     _Nesting().visit(s)
+
+
+# ---- tail partitioning ---------------------------------------------------------------------
+
+MAX_TAIL_CONDS = 3
+
+
+class _Candidates(ExprVisitor):
+    """min(c, e)/max(c, e) with c constant and e in ``allowed`` vars only."""
+
+    def __init__(self, allowed: set, var: Var):
+        self.allowed, self.var = allowed, var
+        self.found: dict[Expr, Expr] = {}   # the min/max node -> condition under which it is c
+
+    def visit_BinOp(self, e):
+        super().visit_BinOp(e)
+        if e.op not in (BinKind.MIN, BinKind.MAX) or e.a.dtype not in ("int32", "int64"):
+            return
+        for c, x in ((e.a, e.b), (e.b, e.a)):
+            if isinstance(c, Const) and self._ok(x):
+                self.found[e] = BinOp(BinKind.LE, c, x) if e.op is BinKind.MIN else \
+                    BinOp(BinKind.LE, x, c)
+
+
+    def _ok(self, x: Expr) -> bool:
+        vs = collect_vars(x)
+        return self.var in vs and vs <= self.allowed
+
+
+class _CollectTails(StmtVisitor):
+    def __init__(self, allowed: set, var: Var):
+        self.cands = _Candidates(allowed, var)
+        self.conds: dict[Expr, None] = {}
+
+    def visit_expr(self, e):
+        self.cands.visit(e)
+
+    def visit_IfThenElse(self, s):
+        vs = collect_vars(s.cond)
+        if self.cands.var in vs and vs <= self.cands.allowed and s.orelse is None:
+            self.conds[s.cond] = None
+        super().visit_IfThenElse(s)
+
+
+class _ReplaceExpr(StmtMutator):
+    def __init__(self, table: dict[Expr, Expr]):
+        self.table = table
+
+    def visit_expr(self, e):
+        return _Replace(self.table).visit(e)
+
+    def visit_IfThenElse(self, s):
+        if s.cond in self.table:
+            return self.visit(s.then) if self.table[s.cond].value else (
+                self.visit(s.orelse) if s.orelse is not None else _EMPTY)
+        return super().visit_IfThenElse(s)
+
+
+class _Replace(ExprMutator):
+    def __init__(self, table):
+        self.table = table
+
+    def visit(self, e):
+        r = self.table.get(e)
+        return r if r is not None else super().visit(e)
+
+
+class _Partition(StmtMutator):
+    """Split each loop's iterations into the steady state (tails' min() and guards known)
+    and the rest: ``for io: body(min(4, N - io*4))`` -> ``for io: if N - io*4 >= 4:
+    body(4) else: body(min(...))`` so that full tiles get constant extents (unrolling and
+    vectorization) and no guards."""
+
+    def __init__(self):
+        self.bound: set = set()
+
+    def visit_LetStmt(self, s):
+        self.bound.add(s.var)
+        out = super().visit_LetStmt(s)
+        self.bound.discard(s.var)
+        return out
+
+    def visit_For(self, s):
+        self.bound.add(s.var)
+        body = self.visit(s.body)
+        col = _CollectTails(set(self.bound), s.var)
+        col.visit(body)
+        tails = list(col.cands.found.items())[:MAX_TAIL_CONDS]
+        conds = list(col.conds)[:MAX_TAIL_CONDS]
+        self.bound.discard(s.var)
+        if tails or conds:
+            table = {m: _const_side(m) for m, _ in tails}
+            table.update({c: Const(True, "bool") for c in conds})
+            cond = None
+            for c in [c for _, c in tails] + conds:
+                cond = c if cond is None else BinOp(BinKind.AND, cond, c)
+            fast = simplify_stmt(_ReplaceExpr(table).visit(body))
+            body = IfThenElse(cond, fast, body)
+        return For(s.var, s.min, s.extent, s.kind, body, s.tag)
+
+
+def _const_side(m: BinOp) -> Const:
+    return m.a if isinstance(m.a, Const) else m.b
+
+
+def partition_tails(s: Stmt) -> Stmt:
+    return _Partition().visit(s)

@@ -39,7 +39,7 @@ class Schedule:
             if isinstance(op, ComputeOp):
                 self._add_stage(op, names)
         for t in self.outputs:
-            self._stage_of[id(t.op)].is_output = True
+            self._stage_of[id(t)].is_output = True
 
     def _add_stage(self, op, names: set[str] | None = None, index: int | None = None) -> Stage:
         names = names if names is not None else {s.name for s in self.stages}
@@ -52,15 +52,16 @@ class Schedule:
             self.stages.append(st)
         else:
             self.stages.insert(index, st)
-        self._stage_of[id(op)] = st
+        self._stage_of[id(op.output)] = st
         return st
 
     def __getitem__(self, t) -> Stage:
-        op = t.op if isinstance(t, Tensor) else t
-        st = self._stage_of.get(id(op))
+        t = t if isinstance(t, Tensor) else getattr(t, "output", t)
+        st = self._stage_of.get(id(t))
         if st is not None:
             return st
-        name = getattr(op, "name", repr(t))
+        op = getattr(t, "op", None)
+        name = getattr(t, "name", repr(t))
         if isinstance(op, PlaceholderOp):
             raise ScheduleError(f"s[{name}]: '{name}' is a placeholder (an input); it has no "
                                 "loops to schedule")
@@ -73,6 +74,9 @@ class Schedule:
                 return st
         raise ScheduleError(f"no stage named '{name}'; stages are {[s.name for s in self.stages]}")
 
+    def has_stage(self, t: Tensor) -> bool:
+        return id(t) in self._stage_of
+
     def _owner_of(self, loop: IterVar) -> Stage | None:
         for st in self.stages:
             if loop in st.all_iter_vars:
@@ -81,22 +85,37 @@ class Schedule:
 
     def readers(self, stage: Stage) -> list[Stage]:
         """Stages whose op loads ``stage``'s tensor directly."""
-        t = stage.op.output
+        t = stage.tensor
         return [s for s in self.stages if any(x is t for x in s.op.inputs)]
 
     def _reads_transitively(self, consumer: Stage, producer: Stage) -> bool:
         """Does ``consumer`` read ``producer``, directly or through other computes?"""
-        t = producer.op.output
+        t = producer.tensor
         stack, seen = [consumer.op], set()
         while stack:
             op = stack.pop()
             for x in op.inputs:
                 if x is t:
                     return True
-                if id(x.op) not in seen and isinstance(x.op, ComputeOp):
-                    seen.add(id(x.op))
-                    stack.append(x.op)
+                if id(x) not in seen and self.has_stage(x):
+                    seen.add(id(x))
+                    stack.append(self[x].op)
         return False
+
+    def cache_write(self, t: Tensor, scope: str) -> Tensor:
+        """See :func:`looptune.schedule.memory.cache_write`."""
+        from .memory import cache_write
+        return cache_write(self, t, scope)
+
+    def cache_read(self, t: Tensor, scope: str, readers) -> Tensor:
+        """See :func:`looptune.schedule.memory.cache_read`."""
+        from .memory import cache_read
+        return cache_read(self, t, scope, readers)
+
+    def rfactor(self, t: Tensor, loop: IterVar) -> Tensor:
+        """See :func:`looptune.schedule.memory.rfactor`."""
+        from .memory import rfactor
+        return rfactor(self, t, loop)
 
     def __repr__(self):
         return f"Schedule(stages={[s.name for s in self.stages]})"

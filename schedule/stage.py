@@ -55,14 +55,26 @@ class Stage:
 
     def __init__(self, op, schedule: Schedule, name: str):
         self.op = op
+        self.tensor = op.output
         self.schedule = schedule
         self.name = name
+        self.attach: tuple = ("root",)        # ("root",) | ("inline",) | ("at", Stage, IterVar)
+        self.is_output = False
+        self.scope: str | None = None         # memory scope of a cache stage's buffer
+        self.reset(op)
+
+    def reset(self, op) -> None:
+        """Start over with ``op`` (same output tensor): fresh loops, no relations."""
+        self.op = op
         self.leaf_iter_vars: list[IterVar] = list(op.axis) + list(op.reduce_axis)
         self.all_iter_vars: list[IterVar] = list(self.leaf_iter_vars)
         self.relations: list[Split | Fuse] = []
         self.annotations: dict[IterVar, tuple[Annot, str | int | None]] = {}
-        self.attach: tuple = ("root",)        # ("root",) | ("inline",) | ("at", Stage, IterVar)
-        self.is_output = False
+
+    @property
+    def is_scheduled(self) -> bool:
+        return bool(self.relations or self.annotations) or self.leaf_iter_vars != (
+            list(self.op.axis) + list(self.op.reduce_axis))
 
     def __repr__(self):
         return f"Stage({self.name})"

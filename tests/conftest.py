@@ -1,0 +1,28 @@
+"""Shared pytest configuration: the --update-golden option and a per-test seeded RNG."""
+from __future__ import annotations
+
+import os
+import sys
+import zlib
+
+import numpy as np
+import pytest
+
+# tests/util.py is imported as ``util`` by the test modules (they live in sub-folders).
+sys.path.insert(0, os.path.dirname(__file__))
+
+
+def pytest_addoption(parser):
+    parser.addoption("--update-golden", action="store_true", default=False,
+                     help="rewrite tests/schedule/golden/*.txt from the current lowering")
+
+
+@pytest.fixture
+def update_golden(request) -> bool:
+    return request.config.getoption("--update-golden")
+
+
+@pytest.fixture
+def rng(request) -> np.random.Generator:
+    """A generator seeded from the test's id: reproducible, different per test."""
+    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
