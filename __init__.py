@@ -9,6 +9,6 @@ from .lang.ops import (all, any, cast, ceil, cos, equal, erf, exp, fabs, floor, 
 
 __version__ = "0.1.0"
 from .schedule import Schedule, Stage, create_schedule, lower
-from .backends import Target, TimeResult, build
+from .backends import Target, TimeResult, build, export_library
 from . import search
 from .schedule import replay

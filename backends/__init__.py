@@ -4,3 +4,4 @@ from .module import TimeResult
 from .target import Target
 
 __all__ = ["CModule", "build", "TimeResult", "Target"]
+from .export import export_library  # noqa: E402

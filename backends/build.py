@@ -11,7 +11,7 @@ from ..errors import BuildError
 from ..lang import dtype as dt
 from ..schedule.lower import LoweredFunc, lower
 from ..schedule.schedule import Schedule
-from .c_codegen import generate_c
+from .c_codegen import CSource, generate_c
 from .compiler import compile_shared, flags_for
 from .module import ArgChecker, TimeResult, time_callable
 from .target import Target
@@ -22,15 +22,15 @@ _CFFI_TYPES = {"float16": "uint16_t", "bool": "bool"}
 class CModule:
     """A compiled C function: call it with numpy arrays (outputs preallocated)."""
 
-    def __init__(self, func: LoweredFunc, source: str, decl: str, lib_path: Path,
-                 target: Target, uses_parallel: bool):
+    def __init__(self, func: LoweredFunc, code: CSource, lib_path: Path, target: Target):
         self.name = func.name
         self.lowered = func
-        self.source = source
-        self.declaration = decl
+        self.code = code
+        self.source = code.source
+        self.declaration = code.declaration
         self.lib_path = lib_path
         self.target = target
-        self.uses_parallel = uses_parallel
+        self.uses_parallel = code.uses_parallel
         self.args = func.args
         self._checker = ArgChecker(func.name, func.args, func.size_vars)
         ffi = cffi.FFI()
@@ -90,7 +90,7 @@ def build(s, args, target="c", name: str = "main"):
         from .opencl import build_opencl
         return build_opencl(func, tgt)
     threads = int(tgt.options["threads"]) if "threads" in tgt.options else None
-    source, decl, parallel = generate_c(func, threads)
+    code = generate_c(func, threads)
     cc = tgt.options.get("cc", "gcc")
-    lib = compile_shared(source, cc, flags_for(tgt.options, parallel), name=name)
-    return CModule(func, source, decl, lib, tgt, parallel)
+    lib = compile_shared(code.source, cc, flags_for(tgt.options, code.uses_parallel), name=name)
+    return CModule(func, code, lib, tgt)

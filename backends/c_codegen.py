@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 
 from ..errors import BuildError
 from ..lang import dtype as dt
@@ -94,7 +95,6 @@ class _CExpr(ExprVisitor):
                 return f"({a} - {_fn('floor', d)}({a} / {b}) * {b})"
             return self.gen.int_div(e, a, b, "%", "lt_floormod")
         if op in (BinKind.MIN, BinKind.MAX):
-            cmp = "<" if op is BinKind.MIN else ">"
             d = "int64" if d == "int32" else d  # index arithmetic runs in int64_t
             self.gen.minmax.add(d)
             return f"lt_{op.value}_{dt.c_type(d)}({a}, {b})"
@@ -268,8 +268,8 @@ class CCodegen(StmtVisitor):
 
     # ---- the function ------------------------------------------------------------------
 
-    def function(self, f: LoweredFunc, inputs: set[int]) -> tuple[str, str]:
-        """(C source, C declaration) of ``f``; ``inputs`` are ids of read-only tensors."""
+    def function(self, f: LoweredFunc, inputs: set[int]) -> CSource:
+        """The C text of ``f``; ``inputs`` are ids of read-only tensors."""
         params = []
         for t, b in zip(f.args, f.buffers):
             const = "const " if id(t) in inputs else ""
@@ -278,10 +278,31 @@ class CCodegen(StmtVisitor):
             params.append(f"int64_t {self.var_name(v)}")
         self.visit(f.body)
         body = "\n".join(self.lines)
-        helpers = "".join(_minmax_helpers(d) for d in sorted(self.minmax))
         sig = f"int {f.name}({', '.join(params)})"
-        src = f"{PRELUDE}{helpers}\n{sig} {{\n{body}\n  return 0;\n}}\n"
-        return src, sig + ";"
+        return CSource(f"{sig} {{\n{body}\n  return 0;\n}}\n", sig + ";",
+                       frozenset(self.minmax), self.uses_parallel)
+
+
+@dataclass(frozen=True)
+class CSource:
+    """One generated function: its text, declaration, helper dtypes and OpenMP use."""
+
+    function: str
+    declaration: str
+    minmax_dtypes: frozenset
+    uses_parallel: bool
+
+    @property
+    def source(self) -> str:
+        """A complete translation unit for this function alone."""
+        return translation_unit([self])
+
+
+def translation_unit(parts: list[CSource]) -> str:
+    """The prelude, the helpers every part needs (once), then each function."""
+    dtypes = sorted(set().union(*(p.minmax_dtypes for p in parts)))
+    helpers = "".join(_minmax_helpers(d) for d in dtypes)
+    return PRELUDE + helpers + "".join("\n" + p.function for p in parts)
 
 
 _RESERVED = {"int", "float", "double", "char", "for", "if", "else", "return", "void", "const",
@@ -302,10 +323,9 @@ def _minmax_helpers(d: str) -> str:
             f"static inline {c} lt_max_{n}({c} a, {c} b) {{ return a > b ? a : b; }}\n")
 
 
-def generate_c(f: LoweredFunc, threads: int | None = None) -> tuple[str, str, bool]:
-    """(source, declaration, uses_openmp_parallel) for one lowered function."""
+def generate_c(f: LoweredFunc, threads: int | None = None) -> CSource:
+    """C code for one lowered function."""
     from ..lang.tensor import PlaceholderOp
     gen = CCodegen(threads)
     inputs = {id(t) for t in f.args if isinstance(t.op, PlaceholderOp)}
-    src, decl = gen.function(f, inputs)
-    return src, decl, gen.uses_parallel
+    return gen.function(f, inputs)

@@ -191,9 +191,9 @@ class _Lowering:
                 raise ScheduleError(f"stage '{st.name}': {prim}: loop '{loop.name}' of "
                                     f"'{parent.name}' was split or fused after compute_at; "
                                     "attach to one of its current loops")
-            if parent not in self.readers[st]:
-                raise ScheduleError(f"stage '{st.name}': {prim}: '{parent.name}' does not read "
-                                    f"'{st.name}' after inlining; compute_at a reader")
+            if not self.readers[st]:
+                raise ScheduleError(f"stage '{st.name}': {prim}: no stage reads '{st.name}' "
+                                    "after inlining; compute_at a stage that reads it")
             for r in self.readers[st]:
                 if not self._within(r, parent, loop):
                     raise ScheduleError(

@@ -258,7 +258,7 @@ def eval_int(e, env: dict):
 def random_int_expr(rng: np.random.Generator, leaves: list, depth: int = 4):
     """A random int32 expression over ``leaves`` (Vars) with + - * // % min max and
     constants; divisors are nonzero constants (mostly positive)."""
-    if depth == 0 or rng.random() < 0.2:
+    if depth <= 0 or rng.random() < 0.2:
         if rng.random() < 0.7:
             return leaves[rng.integers(len(leaves))]
         return lt.const(int(rng.integers(-8, 9)), "int32")

@@ -1,0 +1,201 @@
+"""Templates: schedule functions with knobs, their registry and the dispatch context.
+
+``@template("matmul")`` registers ``def matmul(cfg, N, M, K): ... return s, tensors``. Calling
+``matmul(N, M, K)`` (without ``cfg``) dispatches:
+
+- inside ``apply_history_best(log)``, the log's best correct config for this task is used (a
+  task missing from the log falls back, with a warning naming its key);
+- elsewhere, a :class:`~looptune.search.space.FallbackConfig` is used, and a warning says so
+  once per task.
+
+During tuning, a :class:`~looptune.search.task.Task` calls the function with one specific
+:class:`~looptune.search.space.ConfigEntity` instead (``Template.func``).
+"""
+from __future__ import annotations
+
+import contextvars
+import inspect
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+
+from ..backends.target import Target
+from ..errors import LooptuneError
+from .space import FallbackConfig
+
+if TYPE_CHECKING:
+    from .space import ConfigEntity
+
+log = logging.getLogger("looptune.search.template")
+
+_REGISTRY: dict[str, Template] = {}
+
+# The one piece of global state: the apply_history_best contexts entered, innermost last.
+_DISPATCH: contextvars.ContextVar[tuple] = contextvars.ContextVar("looptune_dispatch",
+                                                                  default=())
+
+
+class TaskKey(NamedTuple):
+    """What identifies a task in logs: template name, canonical args, target string."""
+
+    name: str
+    args: tuple
+    target: str
+
+    def __str__(self) -> str:
+        return f"{self.name}{_args_str(self.args)} target='{self.target}'"
+
+
+def _args_str(args: tuple) -> str:
+    return "(" + ", ".join(repr(a) for a in args) + ("," if len(args) == 1 else "") + ")"
+
+
+def freeze_args(args) -> tuple:
+    """Template args as a hashable tuple of JSON-compatible values (lists become tuples)."""
+    def one(a: Any):
+        if isinstance(a, (list, tuple)):
+            return tuple(one(x) for x in a)
+        if a is None or isinstance(a, (bool, int, float, str)):
+            return a
+        if isinstance(a, np.generic):
+            return one(a.item())
+        raise LooptuneError(f"template arguments must be numbers, strings, None or lists of "
+                            f"them (they are stored in tuning logs); got {a!r}")
+    return tuple(one(a) for a in args)
+
+
+def canonical_target(target) -> str:
+    """The normalised target string (options sorted), as stored in task keys."""
+    return str(Target.parse(target))
+
+
+class Template:
+    """A registered template: call it like the function without ``cfg``."""
+
+    def __init__(self, name: str, func: Callable):
+        self.name = name
+        self.func = func
+        self.module = getattr(func, "__module__", None)
+        try:
+            self.file: str | None = inspect.getfile(func)
+        except (TypeError, OSError):
+            self.file = None
+        params = list(inspect.signature(func).parameters.values())
+        if not params:
+            raise LooptuneError(f"template '{name}': the function must take cfg as its first "
+                                "argument")
+        self._sig = inspect.Signature(params[1:])
+        for p in params[1:]:
+            if p.kind in (p.KEYWORD_ONLY, p.VAR_KEYWORD):
+                raise LooptuneError(f"template '{name}': parameter '{p.name}' is keyword-only; "
+                                    "template arguments must be positional (they form the "
+                                    "task key)")
+        self._warned: set[TaskKey] = set()
+        self.__doc__ = func.__doc__
+        self.__name__ = getattr(func, "__name__", name)
+        self.__wrapped__ = func
+
+    def canonical_args(self, args: tuple, kwargs: dict | None = None) -> tuple:
+        """All positional values of a call, defaults filled in, as the task key holds them."""
+        try:
+            bound = self._sig.bind(*args, **(kwargs or {}))
+        except TypeError as e:
+            raise LooptuneError(f"template '{self.name}': {e}") from None
+        bound.apply_defaults()
+        out: list = []
+        for p in self._sig.parameters.values():
+            v = bound.arguments.get(p.name, ())
+            out.extend(v) if p.kind is p.VAR_POSITIONAL else out.append(v)
+        return freeze_args(out)
+
+    def key(self, args: tuple, target="c") -> TaskKey:
+        """The task key of calling this template with ``args`` for ``target``."""
+        return TaskKey(self.name, self.canonical_args(tuple(args)), canonical_target(target))
+
+    def __call__(self, *args, **kwargs):
+        """Instantiate with the config chosen by the active dispatch context (or a fallback).
+        Returns ``(schedule, tensors)``."""
+        cargs = self.canonical_args(args, kwargs)
+        for ctx in reversed(_DISPATCH.get()):
+            cfg = ctx.query(self, cargs)
+            if cfg is not None:
+                return self.func(cfg, *cargs)
+        contexts = _DISPATCH.get()
+        if contexts:
+            keys = {k for ctx in contexts for k in ctx.keys_for(self, cargs)}
+            key = TaskKey(self.name, cargs, "/".join(sorted(k.target for k in keys)) or "c")
+            self._warn_once(key, f"template '{self.name}': the applied tuning log has no "
+                            f"correct record for task {key}; using a fallback config "
+                            "(untuned, possibly slow)")
+        else:
+            key = TaskKey(self.name, cargs, "*")
+            self._warn_once(key, f"template '{self.name}' called with args "
+                            f"{_args_str(cargs)} outside tuning: using a fallback config "
+                            "(untuned); tune it with lt.search.create_task(...) and apply the "
+                            "log with lt.search.apply_history_best(log)")
+        return self.func(FallbackConfig(), *cargs)
+
+    def _warn_once(self, key: TaskKey, msg: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning(msg)
+
+    def __repr__(self) -> str:
+        return f"Template({self.name!r}, {self.module}.{self.__name__})"
+
+
+def template(name: str) -> Callable[[Callable], Template]:
+    """Register a template ``func(cfg, *args) -> (schedule, tensors)`` under ``name``.
+
+    Define templates in an importable module or script file: tuning re-imports it in worker
+    processes (scripts must keep their top-level work under ``if __name__ == "__main__"``).
+    """
+    if not isinstance(name, str) or not name:
+        raise LooptuneError(f"@template: the name must be a non-empty string; got {name!r}")
+
+    def register(func: Callable) -> Template:
+        tpl = Template(name, func)
+        old = _REGISTRY.get(name)
+        if old is not None and (old.module, old.func.__qualname__) != \
+                (tpl.module, func.__qualname__):
+            log.debug("template '%s' re-registered (%s.%s replaces %s.%s)", name, tpl.module,
+                      func.__qualname__, old.module, old.func.__qualname__)
+        _REGISTRY[name] = tpl
+        return tpl
+    return register
+
+
+def get_template(name: str) -> Template:
+    """The registered template called ``name``."""
+    tpl = _REGISTRY.get(name)
+    if tpl is None:
+        known = ", ".join(sorted(_REGISTRY)) or "none"
+        raise LooptuneError(f"no template named '{name}' is registered (registered: {known}); "
+                            "decorate it with @lt.search.template(name) and import its module")
+    return tpl
+
+
+def registered() -> list[str]:
+    """Names of every registered template."""
+    return sorted(_REGISTRY)
+
+
+class DispatchContext:
+    """Base of contexts that choose a template's config (see ``apply_history_best``)."""
+
+    def query(self, tpl: Template, args: tuple) -> ConfigEntity | None:
+        """The config to use for ``tpl(*args)``, or None when this context has none."""
+        raise NotImplementedError
+
+    def keys_for(self, tpl: Template, args: tuple) -> list[TaskKey]:
+        """Task keys this context looked for (named in the fallback warning)."""
+        return []
+
+    def __enter__(self):
+        self._token = _DISPATCH.set(_DISPATCH.get() + (self,))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _DISPATCH.reset(self._token)
