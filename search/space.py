@@ -91,6 +91,7 @@ class ConfigSpace(_Config):
         super().__init__()
         self.name = name
         self.knobs: dict[str, Knob] = {}
+        self.used: set[str] = set()
 
     # ---- collecting -----------------------------------------------------------------------
 
@@ -106,6 +107,7 @@ class ConfigSpace(_Config):
         if name not in self.knobs:
             raise LooptuneError(f"{self.name}: no knob named '{name}'; define it first "
                                 f"(knobs: {', '.join(self.knobs) or 'none'})")
+        self.used.add(name)
         return self.knobs[name].get(0)
 
     # ---- the space ------------------------------------------------------------------------

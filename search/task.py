@@ -1,0 +1,154 @@
+"""Tasks: one template, its arguments and a target — the unit that is tuned.
+
+``create_task`` runs the template once with a :class:`ConfigSpace` to collect the knobs, and
+counts the FLOPs of the compute DAG it returns. ``task.instantiate(config)`` runs it again with
+one config. Worker processes rebuild a task from :meth:`Task.spec` (template name, args,
+target, and the template's module and file so that they can import it).
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import logging
+import os
+import re
+import sys
+from typing import Any
+
+from ..errors import LooptuneError
+from ..lang.tensor import Tensor
+from ..schedule.schedule import Schedule
+from .flops import count_flop
+from .space import ConfigEntity, ConfigSpace, FallbackConfig
+from .template import TaskKey, Template, canonical_target, get_template
+
+log = logging.getLogger("looptune.search.task")
+
+
+class Task:
+    """A template with concrete args for a target: its config space, FLOPs and instances."""
+
+    def __init__(self, tpl: Template, args: tuple, target: str = "c"):
+        self.template = tpl
+        self.name = tpl.name
+        self.args = tpl.canonical_args(tuple(args))
+        self.target = canonical_target(target)
+        space = ConfigSpace(f"{self.name}{_short(self.args)}")
+        s, tensors = self._call(space)
+        unread = [n for n in space.knobs if n not in space.used]
+        if unread:
+            log.info("template '%s' defines knobs %s but never reads them (cfg[name]); their "
+                     "values cannot change the schedule", self.name, unread)
+        self.config_space = space
+        self.flop: int | float | None = space.flop if space.flop is not None else \
+            count_flop(tensors)
+        self.func_name = _c_ident(self.name)
+
+    @property
+    def key(self) -> TaskKey:
+        """``(name, args, target)``: what identifies this task in tuning logs."""
+        return TaskKey(self.name, self.args, self.target)
+
+    def _call(self, cfg) -> tuple[Schedule, list[Tensor]]:
+        out = self.template.func(cfg, *self.args)
+        if not (isinstance(out, (tuple, list)) and len(out) == 2
+                and isinstance(out[0], Schedule)):
+            raise LooptuneError(f"template '{self.name}' must return (schedule, tensors); got "
+                                f"{type(out).__name__}")
+        s, tensors = out
+        tensors = list(tensors)
+        if not tensors or not all(isinstance(t, Tensor) for t in tensors):
+            raise LooptuneError(f"template '{self.name}' must return a list of tensors (the "
+                                "build arguments) after its schedule")
+        return s, tensors
+
+    def instantiate(self, config: ConfigEntity | int | None = None
+                    ) -> tuple[Schedule, list[Tensor]]:
+        """Run the template with ``config`` (a ConfigEntity, an index, or None for the
+        fallback). Raises ScheduleError when the config makes an invalid schedule."""
+        if config is None:
+            return self._call(FallbackConfig())
+        if not isinstance(config, ConfigEntity):
+            config = self.config_space.get(config)
+        cfg = ConfigEntity(config.index, config._entities, self.config_space)
+        out = self._call(cfg)
+        missing = set(self.config_space.knobs) - cfg.defined
+        if missing:
+            raise LooptuneError(f"template '{self.name}' did not define knobs "
+                                f"{sorted(missing)} for config {config.index}; define every "
+                                "knob for every config")
+        unused = set(self.config_space.knobs) - cfg.used
+        if unused:
+            log.debug("template '%s': knobs %s were defined but never read", self.name,
+                      sorted(unused))
+        return out
+
+    def spec(self) -> dict[str, Any]:
+        """What a worker process needs to rebuild this task."""
+        return {"name": self.name, "args": list(self.args), "target": self.target,
+                "module": self.template.module, "file": self.template.file}
+
+    def __repr__(self) -> str:
+        return (f"Task({self.name}{_short(self.args)}, target='{self.target}', "
+                f"{self.config_space.size} configs)")
+
+
+def _short(args: tuple) -> str:
+    return "(" + ", ".join(repr(a) for a in args) + ")"
+
+
+def _c_ident(name: str) -> str:
+    s = re.sub(r"[^0-9A-Za-z_]", "_", name)
+    return s if s and not s[0].isdigit() else "t_" + s
+
+
+def create_task(name: str, args=(), target="c") -> Task:
+    """The task of template ``name`` called with ``args`` (a tuple) for ``target``."""
+    if not isinstance(args, (tuple, list)):
+        raise LooptuneError(f"create_task('{name}'): args must be a tuple; got {args!r}")
+    return Task(get_template(name), tuple(args), target)
+
+
+# ---- workers: rebuilding a task from its spec --------------------------------------------
+
+_TASKS: dict[tuple, Task] = {}
+
+
+def load_template(name: str, module: str | None, file: str | None) -> Template:
+    """Find template ``name``: registered already, else import ``module`` by name, else load
+    ``file`` (a script such as examples/matmul.py)."""
+    try:
+        return get_template(name)
+    except LooptuneError:
+        pass
+    errors = []
+    if module and module not in ("__main__", "__mp_main__"):
+        try:
+            importlib.import_module(module)
+            return get_template(name)
+        except Exception as e:  # noqa: BLE001 - fall back to the file, report both below
+            errors.append(f"import {module}: {type(e).__name__}: {e}")
+    if file and os.path.exists(file):
+        mod_name = "_looptune_tpl_" + hashlib.sha1(file.encode()).hexdigest()[:12]
+        spec = importlib.util.spec_from_file_location(mod_name, file)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = mod
+        try:
+            spec.loader.exec_module(mod)
+            return get_template(name)
+        except Exception as e:  # noqa: BLE001
+            errors.append(f"load {file}: {type(e).__name__}: {e}")
+    raise LooptuneError(f"template '{name}' could not be loaded in a worker process "
+                        f"(module {module!r}, file {file!r}): {'; '.join(errors) or 'not found'}"
+                        "; define templates in an importable module or a script file")
+
+
+def task_from_spec(spec: dict) -> Task:
+    """The task a :meth:`Task.spec` describes (cached per process)."""
+    key = (spec["name"], repr(spec["args"]), spec["target"])
+    task = _TASKS.get(key)
+    if task is None:
+        tpl = load_template(spec["name"], spec.get("module"), spec.get("file"))
+        task = _TASKS[key] = Task(tpl, tuple(spec["args"]), spec["target"])
+    return task
