@@ -92,5 +92,8 @@ def build(s, args, target="c", name: str = "main"):
     threads = int(tgt.options["threads"]) if "threads" in tgt.options else None
     code = generate_c(func, threads)
     cc = tgt.options.get("cc", "gcc")
-    lib = compile_shared(code.source, cc, flags_for(tgt.options, code.uses_parallel), name=name)
+    flags = flags_for(tgt.options, code.uses_parallel)
+    if code.vector_math:
+        flags.append("-lmvec")
+    lib = compile_shared(code.source, cc, flags, name=name)
     return CModule(func, code, lib, tgt)

@@ -9,7 +9,10 @@ non-negative, a helper otherwise.
 """
 from __future__ import annotations
 
+import ctypes.util
+import functools
 import math
+import platform
 import re
 from dataclasses import dataclass
 
@@ -120,12 +123,15 @@ class _CExpr(ExprVisitor):
         d = e.dtype
         one = "1.0f" if d == "float32" else "1.0"
         if e.name == "sigmoid":
+            self.gen.math.add(_fn("exp", d))
             return f"({one} / ({one} + {_fn('exp', d)}(-({args[0]}))))"
         if e.name == "rsqrt":
             return f"({one} / {_fn('sqrt', d)}({args[0]}))"
         if e.name not in _FLOAT_FN:
             raise BuildError(f"the C backend has no intrinsic '{e.name}'")
-        return f"{_fn(e.name, d)}({', '.join(args)})"
+        fn = _fn(e.name, d)
+        self.gen.math.add(fn)
+        return f"{fn}({', '.join(args)})"
 
     def visit_BufferLoad(self, e):
         return f"{self.gen.buf_name(e.buffer)}[{self.gen.flat(e.buffer, e.indices)}]"
@@ -147,6 +153,7 @@ class CCodegen(StmtVisitor):
         self.used: set[str] = set()
         self.ranges: dict[Var, tuple[int, int]] = {}
         self.minmax: set[str] = set()
+        self.math: set[str] = set()
         self.threads = threads
         self.in_parallel = 0
         self.uses_parallel = False
@@ -280,7 +287,8 @@ class CCodegen(StmtVisitor):
         body = "\n".join(self.lines)
         sig = f"int {f.name}({', '.join(params)})"
         return CSource(f"{sig} {{\n{body}\n  return 0;\n}}\n", sig + ";",
-                       frozenset(self.minmax), self.uses_parallel)
+                       frozenset(self.minmax), self.uses_parallel,
+                       frozenset(self.math & vector_math_functions()))
 
 
 @dataclass(frozen=True)
@@ -291,6 +299,7 @@ class CSource:
     declaration: str
     minmax_dtypes: frozenset
     uses_parallel: bool
+    vector_math: frozenset = frozenset()   # libm functions declared SIMD (glibc libmvec)
 
     @property
     def source(self) -> str:
@@ -302,7 +311,28 @@ def translation_unit(parts: list[CSource]) -> str:
     """The prelude, the helpers every part needs (once), then each function."""
     dtypes = sorted(set().union(*(p.minmax_dtypes for p in parts)))
     helpers = "".join(_minmax_helpers(d) for d in dtypes)
-    return PRELUDE + helpers + "".join("\n" + p.function for p in parts)
+    vm = sorted(set().union(*(p.vector_math for p in parts)))
+    # let gcc call glibc's vector math (libmvec) from vectorized loops, as -ffast-math would,
+    # without -ffast-math's other effects on exactness
+    decls = "".join(f"#pragma omp declare simd notinbranch\n{_proto(fn)}\n" for fn in vm)
+    return PRELUDE + decls + helpers + "".join("\n" + p.function for p in parts)
+
+
+def _proto(fn: str) -> str:
+    t = "float" if fn.endswith("f") and fn[:-1] in _FLOAT_FN.values() else "double"
+    args = ", ".join([t] * (2 if fn.startswith("pow") else 1))
+    return f"{t} {fn}({args});"
+
+
+_LIBMVEC = ("exp", "log", "log2", "log1p", "sin", "cos", "tanh", "erf", "pow")
+
+
+@functools.lru_cache(maxsize=None)
+def vector_math_functions() -> frozenset:
+    """The libm functions with SIMD variants here (glibc >= 2.35 libmvec on x86_64)."""
+    if platform.machine() != "x86_64" or ctypes.util.find_library("mvec") is None:
+        return frozenset()
+    return frozenset(n + sfx for n in _LIBMVEC for sfx in ("", "f"))
 
 
 _RESERVED = {"int", "float", "double", "char", "for", "if", "else", "return", "void", "const",

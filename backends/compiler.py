@@ -73,7 +73,9 @@ def compile_shared(source: str, cc: str = "gcc", flags: list[str] | None = None,
     _atomic_write(src_path, source.encode())
     fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{name}-", suffix=".so")
     os.close(fd)
-    cmd = [cc, *flags, "-shared", "-o", tmp, str(src_path), "-lm"]
+    libs = [f for f in flags if f.startswith("-l")]  # libraries go after the source
+    cmd = [cc, *(f for f in flags if not f.startswith("-l")), "-shared", "-o", tmp,
+           str(src_path), *libs, "-lm"]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         os.unlink(tmp)

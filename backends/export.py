@@ -78,7 +78,8 @@ def export_library(modules, path, cc: str | None = None) -> dict[str, Path]:
     opts = {k: v for k, v in mods[0].target.options.items() if k in ("march", "O", "fast-math")}
     flags = flags_for(opts, parallel)
     _run([cc, *flags, "-c", str(out["c"]), "-o", str(out["o"])], out["c"])
-    _run([cc, *flags, "-shared", str(out["o"]), "-o", str(out["so"]), "-lm"], out["c"])
+    mvec = ["-lmvec"] if any(m.code.vector_math for m in mods) else []
+    _run([cc, *flags, "-shared", str(out["o"]), "-o", str(out["so"]), *mvec, "-lm"], out["c"])
     ar = shutil.which("ar") or shutil.which("gcc-ar")
     if ar is None:
         raise BuildError("export_library: 'ar' was not found; install binutils")

@@ -10,6 +10,8 @@ class _Printer(ExprVisitor):
         if e.dtype == "bool":
             return "True" if e.value else "False"
         if isinstance(e.value, float):
+            if e.value != e.value or e.value in (float("inf"), float("-inf")):
+                return repr(e.value)
             return repr(e.value) + ("f" if e.dtype == "float32" else "")
         return str(e.value)
 
