@@ -33,10 +33,7 @@ class CModule:
         self.uses_parallel = code.uses_parallel
         self.args = func.args
         self._checker = ArgChecker(func.name, func.args, func.size_vars)
-        ffi = cffi.FFI()
-        ffi.cdef(_cffi_decl(func))
-        self._ffi = ffi
-        self._lib = ffi.dlopen(str(lib_path))
+        self._ffi, self._lib = _load(str(lib_path), _cffi_decl(func))
         self._fn = getattr(self._lib, func.name)
         self._ptr_types = [f"{_CFFI_TYPES.get(t.dtype, dt.c_type(t.dtype))} *" for t in func.args]
 
@@ -60,6 +57,21 @@ class CModule:
 
     def __repr__(self):
         return f"Module({self.name}, target='{self.target}')"
+
+
+# Loaded libraries stay loaded for the life of the process: unloading one whose code ran on
+# OpenMP's persistent worker threads can unmap code those threads still return into. Entries
+# are content-addressed (the path hashes source and flags), so reusing one is always right.
+_LOADED: dict[tuple[str, str], tuple] = {}
+
+
+def _load(path: str, decl: str) -> tuple:
+    key = (path, decl)
+    if key not in _LOADED:
+        ffi = cffi.FFI()
+        ffi.cdef(decl)
+        _LOADED[key] = (ffi, ffi.dlopen(path))
+    return _LOADED[key]
 
 
 def _cffi_decl(func: LoweredFunc) -> str:

@@ -52,6 +52,23 @@ _FLOAT_FN = {"exp": "exp", "log": "log", "log2": "log2", "log1p": "log1p", "sqrt
              "ceil": "ceil", "round": "rint", "trunc": "trunc", "fabs": "fabs", "pow": "pow"}
 
 
+_WRAP_OPS = (BinKind.ADD, BinKind.SUB, BinKind.MUL)
+
+
+class _ReadsMemory(ExprVisitor):
+    found = False
+
+    def visit_BufferLoad(self, e):
+        self.found = True
+
+
+def _reads_memory(e: Expr) -> bool:
+    """Is ``e`` data arithmetic (it loads values) rather than index arithmetic?"""
+    v = _ReadsMemory()
+    v.visit(e)
+    return v.found
+
+
 def c_name(name: str) -> str:
     s = re.sub(r"[^0-9A-Za-z_]", "_", name)
     return s if s and not s[0].isdigit() else "v_" + s
@@ -104,6 +121,10 @@ class _CExpr(ExprVisitor):
         text = f"({a} {op.value} {b})"
         if d in ("int8", "int16", "uint8", "uint16") and not (op.is_compare or op.is_logical):
             return f"(({dt.c_type(d)}){text})"  # wrap around as numpy does
+        if d in ("int32", "int64") and op in _WRAP_OPS and _reads_memory(e):
+            # data arithmetic wraps as in numpy; signed overflow would be undefined in C
+            u = "uint32_t" if d == "int32" else "uint64_t"
+            return f"(({dt.c_type(d)})(({u}){a} {op.value} ({u}){b}))"
         return text
 
     def visit_Not(self, e):

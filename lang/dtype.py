@@ -75,6 +75,12 @@ def weak_scalar_dtype(value, other: str) -> str:
     """
     if isinstance(value, (bool, np.bool_)) and not is_bool(other):
         return other
+    if isinstance(value, int) and not isinstance(value, bool) and is_int(other):
+        info = np.iinfo(other)
+        if not info.min <= value <= info.max:
+            raise LangError(f"the constant {value} does not fit the dtype {other} "
+                            f"([{info.min}, {info.max}]); cast the other operand with "
+                            ".astype(...) first")
     try:
         return np.result_type(np.dtype(other), value).name
     except (OverflowError, TypeError):

@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from . import dtype as dt
-from .expr import BinKind, BinOp, Call, Cast, Const, Expr, Not, Select
+from .expr import BinKind, BinOp, Call, Cast, Const, Expr, Not, Select, Var
 from .visitor import ExprMutator, ExprVisitor
 
 Bound = tuple  # (lo, hi): inclusive ints, None where unknown
@@ -228,7 +228,9 @@ class Simplifier(ExprMutator):
             r = _fold(op, a, b)
             if r is not None:
                 return r
-        index = a.dtype in _INDEX
+        # affine rules assume no overflow: only for index arithmetic, never for data values
+        # (numpy wraps int32 data: X*65536//65536 is not X)
+        index = a.dtype in _INDEX and _is_index(a) and _is_index(b)
         if index and op in (BinKind.ADD, BinKind.SUB, BinKind.MUL):
             t, c = _linear(BinOp(op, a, b))
             return _build(t, c, a.dtype)
@@ -285,7 +287,7 @@ class Simplifier(ExprMutator):
     def _minmax(self, op: BinKind, a: Expr, b: Expr) -> Expr | None:
         if a == b:
             return a  # min(x, x) -> x
-        if a.dtype not in _INDEX:
+        if a.dtype not in _INDEX or not (_is_index(a) and _is_index(b)):
             return None
         lo, hi = self.bound(self.binop(BinKind.SUB, a, b))
         if op is BinKind.MIN:
@@ -349,6 +351,19 @@ class Simplifier(ExprMutator):
             if math.isfinite(float(r)):
                 return Const(r.item(), e.dtype)
         return e if all(x is y for x, y in zip(args, e.args)) else Call(e.name, args, e.dtype)
+
+
+def _is_index(e: Expr) -> bool:
+    """Integer arithmetic on variables and constants only (no loads or calls)."""
+    if isinstance(e, (Const, Var)):
+        return True
+    if isinstance(e, BinOp):
+        return _is_index(e.a) and _is_index(e.b)
+    if isinstance(e, Select):
+        return _is_index(e.t) and _is_index(e.f) and _is_index(e.cond)
+    if isinstance(e, (Cast, Not)):
+        return _is_index(e.value if isinstance(e, Cast) else e.a)
+    return False
 
 
 def _logic(op: BinKind, a: Expr, b: Expr) -> Expr | None:
