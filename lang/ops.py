@@ -93,6 +93,10 @@ def not_equal(a, b) -> Expr:
 
 
 def _as_bool(x, op: str) -> Expr:
+    if isinstance(x, bool):
+        raise LangError(f"'{op}' got the Python value {x}, not a condition on the data: "
+                        "'==' and '!=' compare expression trees; write lt.equal(a, b) or "
+                        "lt.not_equal(a, b) for an elementwise comparison")
     e = as_expr(x, like="bool") if _is_scalar(x) else as_expr(x)
     if not dt.is_bool(e.dtype):
         raise LangError(f"'{op}' needs bool expressions (comparisons); got {e} of dtype {e.dtype}")

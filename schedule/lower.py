@@ -113,8 +113,10 @@ class _Lowering:
                 stmt = Allocate(self.buffers[id(t)], stmt)
         check_nesting(stmt)
         stmt = simplify_stmt(stmt)
-        stmt = partition_tails(stmt)
+        stmt = partition_tails(stmt)   # before unrolling: it makes tile extents constant
+        stmt = simplify_stmt(stmt)
         stmt = unroll_loops(stmt)
+        stmt = simplify_stmt(stmt)     # again: copies and branches now have known values
         return LoweredFunc(self.name, self.args, arg_bufs, size_vars, stmt)
 
     def _check_args(self, stages):

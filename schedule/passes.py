@@ -47,6 +47,10 @@ class _Simplify(StmtMutator):
             return self.visit(s.orelse) if s.orelse is not None else _EMPTY
         t = self.visit(s.then)
         e = None if s.orelse is None else self.visit(s.orelse)
+        if t == e:
+            return t  # if c: x else: x -> x
+        if t is _EMPTY and e is None:
+            return _EMPTY
         return IfThenElse(c, t, e)
 
     def visit_LetStmt(self, s):
@@ -205,6 +209,7 @@ class _Partition(StmtMutator):
 
     def __init__(self):
         self.bound: set = set()
+        self.depth = 0   # partitioned loops enclosing the current one
 
     def visit_LetStmt(self, s):
         self.bound.add(s.var)
@@ -214,25 +219,56 @@ class _Partition(StmtMutator):
 
     def visit_For(self, s):
         self.bound.add(s.var)
-        body = self.visit(s.body)
         col = _CollectTails(set(self.bound), s.var)
-        col.visit(body)
+        col.visit(s.body)
         tails = list(col.cands.found.items())[:MAX_TAIL_CONDS]
         conds = list(col.conds)[:MAX_TAIL_CONDS]
+        split = bool(tails or conds) and self.depth < MAX_PARTITION_DEPTH and \
+            _size(s.body) <= MAX_PARTITION_SIZE
+        self.depth += split
+        body = self.visit(s.body)
+        self.depth -= split
         self.bound.discard(s.var)
-        if tails or conds:
+        if split:
             table = {m: _const_side(m) for m, _ in tails}
             table.update({c: Const(True, "bool") for c in conds})
             cond = None
             for c in [c for _, c in tails] + conds:
                 cond = c if cond is None else BinOp(BinKind.AND, cond, c)
-            fast = simplify_stmt(_ReplaceExpr(table).visit(body))
+            fast = _ReplaceExpr(table).visit(body)
+            if len(table) == 1:  # the other branch knows that one condition is false
+                (m, v), = table.items()
+                slow_v = _other_side(m) if isinstance(m, BinOp) and m.op in (
+                    BinKind.MIN, BinKind.MAX) else Const(False, "bool")
+                body = _ReplaceExpr({m: slow_v}).visit(body)
             body = IfThenElse(cond, fast, body)
         return For(s.var, s.min, s.extent, s.kind, body, s.tag)
 
 
 def _const_side(m: BinOp) -> Const:
     return m.a if isinstance(m.a, Const) else m.b
+
+
+def _other_side(m: BinOp) -> Expr:
+    return m.b if isinstance(m.a, Const) else m.a
+
+
+MAX_PARTITION_DEPTH = 3      # at most 2**3 versions of a loop body
+MAX_PARTITION_SIZE = 400     # statements; larger bodies keep their guards
+
+
+class _Size(StmtVisitor):
+    n = 0
+
+    def visit(self, s):
+        self.n += 1
+        return super().visit(s)
+
+
+def _size(s: Stmt) -> int:
+    v = _Size()
+    v.visit(s)
+    return v.n
 
 
 def partition_tails(s: Stmt) -> Stmt:

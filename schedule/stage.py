@@ -153,9 +153,19 @@ class Stage:
 
     def tile(self, x: IterVar, y: IterVar, x_factor: int, y_factor: int):
         """Split ``x`` and ``y`` and order them ``xo, yo, xi, yi``; returns those four."""
-        xo, xi = self.split(x, factor=x_factor)
-        yo, yi = self.split(y, factor=y_factor)
-        self.reorder(xo, yo, xi, yi)
+        prim = f"tile({getattr(x, 'name', x)}, {getattr(y, 'name', y)})"
+        if x is y:
+            raise self._err(prim, f"both loops are '{x.name}'; tile two different loops")
+        saved = (list(self.leaf_iter_vars), list(self.all_iter_vars), list(self.relations),
+                 dict(self.annotations), len(self.schedule.steps))
+        try:  # all or nothing: a refused tile leaves the stage as it was
+            xo, xi = self.split(x, factor=x_factor)
+            yo, yi = self.split(y, factor=y_factor)
+            self.reorder(xo, yo, xi, yi)
+        except ScheduleError:
+            self.leaf_iter_vars, self.all_iter_vars, self.relations, self.annotations = saved[:4]
+            del self.schedule.steps[saved[4]:]
+            raise
         return xo, yo, xi, yi
 
     def fuse(self, *loops: IterVar) -> IterVar:

@@ -19,6 +19,12 @@ from looptune.lang.expr import BinKind, BinOp, Cast, Const, Not, Select, Var
 RTOL, ATOL = 1e-4, 1e-5
 GUARD = 16   # canary elements on each side of every array handed to a compiled function
 
+# Built modules are kept alive for the whole session. Collecting a module that had used OpenMP
+# once unloaded libgomp under its live worker threads and crashed the process (fixed in the
+# core; test_build_run.py::test_parallel_module_can_be_garbage_collected checks it in a
+# subprocess): should it come back, it fails that one test instead of killing the session.
+ALIVE: list = []
+
 
 # ---- arrays ------------------------------------------------------------------------------
 
@@ -66,6 +72,7 @@ def run_check(s, args, inputs: dict, expected: dict, rtol=RTOL, atol=ATOL, f=Non
     """Build ``s`` (unless ``f`` is given), run it on ``inputs`` (by tensor name) and compare
     the outputs with ``expected`` (by tensor name). Returns the built function."""
     f = f if f is not None else lt.build(s, args)
+    ALIVE.append(f)
     bufs, arrays = [], []
     for t in args:
         if t.name in inputs:
@@ -166,8 +173,8 @@ def chain(N=37, M=53) -> Workload:
 
 def blur(H=37, W=53) -> Workload:
     """Halide's two-stage 3x3 box blur: blur_x then blur_y (no boundary: input is larger)."""
-    I = lt.placeholder((H + 2, W + 2), "float32", name="I")
-    bx = lt.compute((H + 2, W), lambda y, x: (I[y, x] + I[y, x + 1] + I[y, x + 2]) / 3.0,
+    In = lt.placeholder((H + 2, W + 2), "float32", name="I")
+    bx = lt.compute((H + 2, W), lambda y, x: (In[y, x] + In[y, x + 1] + In[y, x + 2]) / 3.0,
                     name="blur_x")
     by = lt.compute((H, W), lambda y, x: (bx[y, x] + bx[y + 1, x] + bx[y + 2, x]) / 3.0,
                     name="blur_y")
@@ -176,7 +183,7 @@ def blur(H=37, W=53) -> Workload:
         i = d["I"].astype(np.float64)
         x = (i[:, :-2] + i[:, 1:-1] + i[:, 2:]) / 3.0
         return {"blur_y": (x[:-2] + x[1:-1] + x[2:]) / 3.0}
-    return _w("blur", [I], [by], [bx], lambda r: {"I": rand(r, (H + 2, W + 2))}, ref)
+    return _w("blur", [In], [by], [bx], lambda r: {"I": rand(r, (H + 2, W + 2))}, ref)
 
 
 def softmax(N=37, M=53) -> Workload:

@@ -94,7 +94,8 @@ def test_var_must_be_integer():
 
 @pytest.mark.parametrize("extent", [0, -3])
 def test_reduce_axis_extent_must_be_positive(extent):
-    with pytest.raises(LangError, match=r"reduce_axis 'k': the extent -?\d+ must be a positive integer"):
+    with pytest.raises(LangError, match=r"reduce_axis 'k': the extent -?\d+ must be a positive "
+                                        r"integer"):
         lt.reduce_axis(extent, name="k")
 
 

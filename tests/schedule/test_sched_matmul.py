@@ -95,6 +95,15 @@ def _split_factor_one_and_larger_than_extent(s, w):
     s[C].vectorize(ji)
 
 
+def _unroll_long_reduction(s, w):
+    C = w["C"]
+    i, j = s[C].op.axis
+    (k,) = s[C].op.reduce_axis
+    s[C].reorder(i, k, j)
+    s[C].unroll(k)          # 101 iterations: longer than the IR unroller takes (a pragma)
+    s[C].vectorize(j)
+
+
 MATMUL = {
     "default": lambda s, w: None,
     "tile_split_all_annotations": _tile_all,
@@ -105,6 +114,7 @@ MATMUL = {
     "fuse_reduction_loops": _fuse_reduction_loops,
     "split_of_split": _split_of_split,
     "split_factor_1_and_64": _split_factor_one_and_larger_than_extent,
+    "unroll_long_reduction": _unroll_long_reduction,
 }
 
 
