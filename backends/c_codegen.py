@@ -24,7 +24,8 @@ from ..lang.visitor import ExprVisitor
 from ..schedule.lower import LoweredFunc
 from ..schedule.stmt import Buffer, For, ForKind, StmtVisitor
 
-STACK_LIMIT = 64 * 1024   # bytes: larger or symbolic intermediates go to the heap
+STACK_LIMIT = 8 * 1024   # bytes; larger or symbolic buffers go to the heap (big stack arrays
+# next to a register tile keep gcc from promoting the tile to registers: 4x slower)
 
 PRELUDE = r"""#include <stdint.h>
 #include <stdbool.h>

@@ -10,6 +10,11 @@ import numpy as np
 
 import looptune as lt
 
+try:  # lt.template once the search package exports it
+    from looptune import template as _template
+except ImportError:
+    from looptune.search.template import template as _template
+
 NAME = "blur"
 DEFAULT_ARGS = (4096, 4096)
 
@@ -34,6 +39,32 @@ def hand_schedule(H: int, W: int, dtype: str = "float32"):
     s[by].parallel(yo)
     s[bx].compute_at(s[by], xo)
     s[bx].vectorize(s[bx].op.axis[1])
+    return s, [inp, by]
+
+
+@_template(NAME)
+def template(cfg, H: int, W: int, dtype: str = "float32"):
+    """Tile shape and where blur_x is computed (per tile, inlined into blur_y, or whole at
+    root); the fallback config (first value of each knob) is the hand schedule."""
+    cfg.define_knob("tile_y", [32, 8, 16, 64, 128])
+    cfg.define_knob("tile_x", [256, 64, 128, 512])
+    cfg.define_knob("blur_x_at", ["tile", "inline", "root"])
+    inp, by = algorithm(H, W, dtype)
+    bx = by.op.inputs[0]
+    s = lt.create_schedule(by)
+    y, x = s[by].op.axis
+    yo, xo, _yi, xi = s[by].tile(y, x, cfg["tile_y"].val, cfg["tile_x"].val)
+    s[by].vectorize(xi)
+    s[by].parallel(yo)
+    where = cfg["blur_x_at"].val
+    if where == "inline":
+        s[bx].compute_inline()
+    else:
+        if where == "tile":
+            s[bx].compute_at(s[by], xo)
+        else:
+            s[bx].parallel(s[bx].op.axis[0])
+        s[bx].vectorize(s[bx].op.axis[1])
     return s, [inp, by]
 
 

@@ -16,6 +16,11 @@ import numpy as np
 
 import looptune as lt
 
+try:  # lt.template once the search package exports it
+    from looptune import template as _template
+except ImportError:
+    from looptune.search.template import template as _template
+
 NAME = "matmul"
 DEFAULT_ARGS = (1024, 1024, 1024)
 
@@ -41,6 +46,37 @@ def hand_schedule(N: int, M: int, K: int, dtype: str = "float32"):
     s[C].reorder(jo, io, jio, ii, jii)
     s[C].vectorize(jii)
     s[C].parallel(jo)
+    s[CC].compute_at(s[C], jio)
+    ci, cj = s[CC].op.axis
+    (ck,) = s[CC].op.reduce_axis
+    s[CC].reorder(ck, ci, cj)
+    s[CC].unroll(ci)
+    s[CC].vectorize(cj)
+    s[BB].compute_at(s[C], jo)
+    s[BB].vectorize(s[BB].op.axis[1])
+    return s, [A, B, C]
+
+
+@_template(NAME)
+def template(cfg, N: int, M: int, K: int, dtype: str = "float32"):
+    """The hand schedule with its sizes as knobs: B panel width, register tile rows x
+    columns, and whether threads share column panels or row tiles. The fallback config (the
+    first value of each knob) is the hand schedule."""
+    cfg.define_knob("panel", [64, 128, 256, 32])
+    cfg.define_knob("tile_i", [8, 4, 6, 12])
+    cfg.define_knob("tile_j", [32, 16, 48, 64])
+    cfg.define_knob("parallel_rows", [False, True])
+    A, B, C = algorithm(N, M, K, dtype)
+    s = lt.create_schedule(C)
+    CC = s.cache_write(C, "local")
+    BB = s.cache_read(B, "local", [CC])
+    i, j = s[C].op.axis
+    jo, ji = s[C].split(j, factor=cfg["panel"].val)
+    io, ii = s[C].split(i, factor=cfg["tile_i"].val)
+    jio, jii = s[C].split(ji, factor=cfg["tile_j"].val)
+    s[C].reorder(jo, io, jio, ii, jii)
+    s[C].vectorize(jii)
+    s[C].parallel(io if cfg["parallel_rows"].val else jo)
     s[CC].compute_at(s[C], jio)
     ci, cj = s[CC].op.axis
     (ck,) = s[CC].op.reduce_axis
