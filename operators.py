@@ -1,0 +1,138 @@
+"""Operator files: loading ``examples/*.py``-style modules and instantiating their schedules."""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from .errors import LooptuneError
+
+
+class CLIError(LooptuneError):
+    """A mistake on the command line (missing file, unknown template, bad --args, ...)."""
+
+
+@dataclass
+class Operator:
+    """One operator of a file: its template name, default args and functions."""
+
+    name: str
+    default_args: tuple
+    algorithm: Callable
+    hand_schedule: Callable
+    template: Any
+    reference: Callable
+    file: str
+
+    @property
+    def c_name(self) -> str:
+        return re.sub(r"\W", "_", self.name)
+
+
+_REQUIRED = ("NAME", "DEFAULT_ARGS", "algorithm", "hand_schedule", "template", "reference")
+_LOADED: dict[str, list[Operator]] = {}
+
+
+def load_operators(path: str) -> list[Operator]:
+    """The operators of an operator file (importing it registers its templates)."""
+    p = Path(path)
+    if not p.is_file():
+        raise CLIError(f"no such file: {path}")
+    key = str(p.resolve())
+    if key in _LOADED:
+        return _LOADED[key]
+    modname = f"looptune_ops_{p.stem}_{hashlib.sha1(key.encode()).hexdigest()[:8]}"
+    spec = importlib.util.spec_from_file_location(modname, p)
+    if spec is None or spec.loader is None:
+        raise CLIError(f"{path} is not a Python file")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[modname] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except LooptuneError as e:
+        raise CLIError(f"{path} failed to load: {e}") from None
+    except Exception as e:  # the user's file: report it in one line
+        raise CLIError(f"{path} failed to load: {type(e).__name__}: {e}") from None
+    entries = getattr(mod, "OPERATORS", None) or [{k: getattr(mod, k, None) for k in _REQUIRED}]
+    ops = []
+    for ent in entries:
+        missing = [k for k in _REQUIRED if ent.get(k) is None]
+        if missing:
+            raise CLIError(f"{path} has no template here: it lacks {', '.join(missing)} (an "
+                           "operator file defines NAME, DEFAULT_ARGS, algorithm, hand_schedule, "
+                           "a @lt.template named NAME, and reference; see examples/)")
+        ops.append(Operator(ent["NAME"], tuple(ent["DEFAULT_ARGS"]), ent["algorithm"],
+                            ent["hand_schedule"], ent["template"], ent["reference"], str(p)))
+    _LOADED[key] = ops
+    return ops
+
+
+def select(ops: list[Operator], name: str | None) -> Operator:
+    if name is None:
+        return ops[0]
+    for op in ops:
+        if op.name == name:
+            return op
+    raise CLIError(f"unknown template '{name}' in {ops[0].file}; it has "
+                   f"{', '.join(o.name for o in ops)}")
+
+
+def parse_args(text: str | None, op: Operator) -> tuple:
+    """``"1024,1024,1024"`` -> (1024, 1024, 1024); None -> the operator's defaults."""
+    if text is None:
+        return op.default_args
+    out: list[Any] = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            out.append(int(part))
+        except ValueError:
+            try:
+                out.append(float(part))
+            except ValueError:
+                if not re.fullmatch(r"[A-Za-z_][\w]*", part or "-"):
+                    raise CLIError(f"bad --args '{text}': '{part}' is not a number or a "
+                                   "name; give comma-separated values such as 512,512,512") \
+                        from None
+                out.append(part)
+    n_default = len(op.default_args)
+    if len(out) > n_default:
+        raise CLIError(f"bad --args '{text}': {op.name} takes at most {n_default} arguments "
+                       f"(defaults {','.join(map(str, op.default_args))})")
+    return tuple(out) + tuple(op.default_args[len(out):])
+
+
+def instantiate(op: Operator, args: tuple, log: str | None, target: str):
+    """(schedule, tensors, how): the log's best config when it has one, else the hand one."""
+    if log is None:
+        s, tensors = op.hand_schedule(*args)
+        return s, tensors, "hand schedule"
+    from . import search
+    rec = best_record(op, args, log, target)
+    with search.apply_history_best(log):
+        s, tensors = op.template(*args)
+    return s, tensors, f"tuned config #{rec.index} from {log}"
+
+
+def best_record(op: Operator, args: tuple, log: str, target: str):
+    """The best correct record of this operator's task in ``log``; CLIError when none."""
+    from . import search
+    if not Path(log).is_file():
+        raise CLIError(f"no such log: {log}")
+    task = search.create_task(op.name, args, target=target)
+    rec = search.load_best(log, task)
+    if rec is None:
+        keys = sorted({str(r.task) for r in search.load_records(log)})
+        raise CLIError(f"{log} holds no correct record of {task.key}; it has "
+                       f"{'; '.join(keys[:5]) or 'no records'} (tune this task first, or pass "
+                       "the --args it was tuned with)")
+    return rec
+
+
+def quiet_fallback_warnings() -> None:
+    logging.getLogger("looptune.search").setLevel(logging.ERROR)

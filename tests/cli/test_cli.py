@@ -1,0 +1,121 @@
+"""The looptune command: each subcommand on a small case, and each user error."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from looptune.cli import main
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+MATMUL = str(EXAMPLES / "matmul.py")
+SOFTMAX = str(EXAMPLES / "softmax.py")
+SMALL = "48,40,24"
+
+
+@pytest.fixture(scope="module")
+def tuned_log(tmp_path_factory):
+    log = tmp_path_factory.mktemp("cli") / "mm.jsonl"
+    rc = main(["tune", MATMUL, "--args", SMALL, "--tuner", "random", "--trials", "4",
+               "--log", str(log), "--number", "1", "--repeat", "2"])
+    assert rc == 0
+    return log
+
+
+def test_tune_writes_a_log_and_summary(tuned_log, capsys):
+    recs = [json.loads(line) for line in tuned_log.read_text().splitlines()]
+    assert len(recs) == 4
+    assert all(r["task"]["name"] == "matmul" and r["task"]["args"][:3] == [48, 40, 24]
+               for r in recs)
+    assert len({r["config"]["index"] for r in recs}) == 4
+
+
+def test_tune_resume_continues_the_count(tuned_log, capsys):
+    rc = main(["tune", MATMUL, "--args", SMALL, "--tuner", "random", "--trials", "6",
+               "--log", str(tuned_log), "--resume", "--number", "1", "--repeat", "2"])
+    assert rc == 0
+    recs = [json.loads(line) for line in tuned_log.read_text().splitlines()]
+    assert len(recs) == 6 and len({r["config"]["index"] for r in recs}) == 6
+    out = capsys.readouterr().out
+    assert "best config #" in out and "numpy" in out and "fallback" in out
+
+
+def test_show_lowered_source_and_steps(tuned_log, capsys):
+    assert main(["show", MATMUL, "--args", SMALL]) == 0
+    out = capsys.readouterr().out
+    assert "hand schedule" in out and "for " in out and "vectorized" in out
+    assert main(["show", MATMUL, "--args", SMALL, "--source"]) == 0
+    assert "#pragma omp" in capsys.readouterr().out
+    assert main(["show", MATMUL, "--args", SMALL, "--log", str(tuned_log), "--steps"]) == 0
+    out = capsys.readouterr().out
+    assert "tuned config #" in out and "s[C].cache_write('local')" in out
+
+
+def test_bench_prints_hand_and_tuned_rows(tuned_log, capsys):
+    assert main(["bench", MATMUL, "--args", SMALL, "--log", str(tuned_log),
+                 "--repeat", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["operator", "sizes", "schedule", "looptune", "ms", "numpy",
+                                "ms", "speedup", "GFLOP/s"]
+    rows = [ln.split() for ln in lines[2:]]
+    assert [r[2] for r in rows] == ["hand", "tuned"]
+    for r in rows:
+        assert r[0] == "matmul" and r[1] == "48x40x24"
+        assert float(r[-4]) > 0 and float(r[-3]) > 0 and r[-2].endswith("x")
+
+
+def test_export_builds_a_library(tmp_path, capsys):
+    out = tmp_path / "libops"
+    assert main(["export", MATMUL, SOFTMAX, "-o", str(out)]) == 0
+    header = (tmp_path / "libops.h").read_text()
+    assert "int matmul(" in header and "int softmax(" in header
+    for ext in ("so", "a", "c"):
+        assert (tmp_path / f"libops.{ext}").stat().st_size > 0
+
+
+def test_report_prints_top_configs_and_writes_png(tuned_log, tmp_path, capsys):
+    png = tmp_path / "curve.png"
+    assert main(["report", str(tuned_log), "-o", str(png), "--top", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "trials" in out and "GFLOP/s" in out and "curve written" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["show", "/no/such/file.py"], "no such file: /no/such/file.py"),
+    (["show", str(EXAMPLES.parent / "README.md")], "is not a Python file"),
+    (["show", str(EXAMPLES.parent / "errors.py")], "has no template here"),
+    (["show", MATMUL, "--template", "nope"], "unknown template 'nope'"),
+    (["tune", MATMUL, "--args", "12,x-y"], "bad --args '12,x-y'"),
+    (["tune", MATMUL, "--args", "1,2,3,4,5,6"], "takes at most"),
+    (["tune", MATMUL, "--log", "/no/such/dir/x.jsonl"], "the folder /no/such/dir does not"),
+    (["report", "/no/such.jsonl"], "no such log"),
+])
+def test_user_errors_are_one_line(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err and "Traceback" not in err
+
+
+def test_log_of_another_task(tuned_log, capsys):
+    assert main(["show", SOFTMAX, "--log", str(tuned_log)]) == 2
+    err = capsys.readouterr().err
+    assert "holds no correct record of softmax" in err and "matmul" in err
+
+
+def test_unwritable_export_output(tmp_path, capsys):
+    blocker = tmp_path / "f"
+    blocker.write_text("x")
+    assert main(["export", MATMUL, "-o", str(blocker / "lib")]) != 0
+    err = capsys.readouterr().err
+    assert "cannot create" in err and "Traceback" not in err
+
+
+def test_python_dash_m_runs_the_command():
+    out = subprocess.run([sys.executable, "-m", "looptune", "--help"], capture_output=True,
+                         text=True, check=True).stdout
+    for cmd in ("tune", "show", "bench", "export", "report"):
+        assert cmd in out
