@@ -12,3 +12,4 @@ from .schedule import Schedule, Stage, create_schedule, lower
 from .backends import Target, TimeResult, build, export_library
 from . import search
 from .schedule import replay
+from .search import template
