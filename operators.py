@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import logging
 import re
 import sys
 from dataclasses import dataclass
@@ -133,6 +132,3 @@ def best_record(op: Operator, args: tuple, log: str, target: str):
                        "the --args it was tuned with)")
     return rec
 
-
-def quiet_fallback_warnings() -> None:
-    logging.getLogger("looptune.search").setLevel(logging.ERROR)

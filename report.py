@@ -103,8 +103,13 @@ def summarise_tuning(op: Operator, args: tuple, target: str, log: Path) -> str:
     rec = best_record(op, args, str(log), target)
     s, tensors, _ = instantiate(op, args, str(log), target)
     t, tn, flop = time_op(op, s, tensors, target, 5)
-    logging.getLogger("looptune.search.template").setLevel(logging.ERROR)
-    fs, ftensors = op.template(*args)          # outside any log: the fallback config
+    tlog = logging.getLogger("looptune.search.template")
+    level = tlog.level
+    tlog.setLevel(logging.ERROR)               # the fallback is wanted here: no warning
+    try:
+        fs, ftensors = op.template(*args)      # outside any log: the fallback config
+    finally:
+        tlog.setLevel(level)
     tf, _, _ = time_op(op, fs, ftensors, target, 5)
     knobs = ", ".join(f"{k}={v}" for k, v in rec.config.get("knobs", {}).items())
     gf = f"  ({flop / t / 1e9:.1f} GFLOP/s)" if flop else ""

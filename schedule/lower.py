@@ -180,9 +180,8 @@ class _Lowering:
         return False
 
     def _check_attach(self, stages):
-        for st in stages:
-            if st.attach[0] != "at":
-                continue
+        attached = [st for st in stages if st.attach[0] == "at"]
+        for st in attached:  # first: every attach point still exists (_within needs it)
             _, parent, loop = st.attach
             prim = f"compute_at({parent.name}, {loop.name})"
             if parent.attach[0] == "inline":
@@ -193,6 +192,9 @@ class _Lowering:
                 raise ScheduleError(f"stage '{st.name}': {prim}: loop '{loop.name}' of "
                                     f"'{parent.name}' was split or fused after compute_at; "
                                     "attach to one of its current loops")
+        for st in attached:
+            _, parent, loop = st.attach
+            prim = f"compute_at({parent.name}, {loop.name})"
             if not self.readers[st]:
                 raise ScheduleError(f"stage '{st.name}': {prim}: no stage reads '{st.name}' "
                                     "after inlining; compute_at a stage that reads it")

@@ -59,7 +59,7 @@ def cache_write(s: Schedule, t: Tensor, scope: str) -> Tensor:
     op = st.op
     axes = _fresh_axes(op.axis)
     body = substitute(op.body, {a.var: b.var for a, b in zip(op.axis, axes)})
-    tc = make_compute(f"{st.name}.{scope}", axes, body)
+    tc = make_compute(s.unique_name(f"{st.name}.{scope}"), axes, body)
     copy_axes = _fresh_axes(op.axis)
     new_op = compute_op(op.name, copy_axes, Load(tc, tuple(a.var for a in copy_axes)),
                         op.tag, output=t)
@@ -86,7 +86,8 @@ def cache_read(s: Schedule, t: Tensor, scope: str, readers) -> Tensor:
             raise ScheduleError(f"{prim}: stage '{r.name}' does not read '{t.name}'; readers "
                                 f"of it are {[x.name for x in _readers_of(s, t)]}")
     axes = _fresh_axes(_axes_of(t))
-    tr = make_compute(f"{t.name}.{scope}", axes, Load(t, tuple(a.var for a in axes)))
+    tr = make_compute(s.unique_name(f"{t.name}.{scope}"), axes,
+                      Load(t, tuple(a.var for a in axes)))
     for r in rstages:
         op = r.op
         body = _Retarget(t, tr).visit(op.body)
@@ -142,7 +143,8 @@ def rfactor(s: Schedule, t: Tensor, loop: IterVar) -> Tensor:
     for w in where:
         cond = w if cond is None else BinOp(BinKind.AND, cond, w)
     src = substitute(body.source, mapping)
-    tf = make_compute(f"{st.name}.rf", (fa,) + axes, Reduce(body.combiner, src, raxes, cond))
+    tf = make_compute(s.unique_name(f"{st.name}.rf"), (fa,) + axes,
+                      Reduce(body.combiner, src, raxes, cond))
     k = IterVar(Var(lp.name), Const(0, "int32"), lp.extent, IterKind.REDUCE)
     out_axes = _fresh_axes(op.axis)
     final = Reduce(body.combiner, Load(tf, (k.var,) + tuple(a.var for a in out_axes)), (k,), None)

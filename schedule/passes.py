@@ -224,7 +224,7 @@ class _Partition(StmtMutator):
         tails = list(col.cands.found.items())[:MAX_TAIL_CONDS]
         conds = list(col.conds)[:MAX_TAIL_CONDS]
         split = bool(tails or conds) and self.depth < MAX_PARTITION_DEPTH and \
-            _size(s.body) <= MAX_PARTITION_SIZE
+            _size(s.body) <= MAX_PARTITION_SIZE and not _work_group_region(s.body)
         self.depth += split
         body = self.visit(s.body)
         self.depth -= split
@@ -243,6 +243,30 @@ class _Partition(StmtMutator):
                 body = _ReplaceExpr({m: slow_v}).visit(body)
             body = IfThenElse(cond, fast, body)
         return For(s.var, s.min, s.extent, s.kind, body, s.tag)
+
+
+class _WorkGroupAlloc(StmtVisitor):
+    def __init__(self):
+        self.threads = self.allocs = False
+
+    def visit_For(self, s):
+        if s.kind is ForKind.THREAD and s.tag.startswith("threadIdx"):
+            self.threads = True
+        else:
+            super().visit_For(s)
+
+    def visit_Allocate(self, s):
+        self.allocs = True
+        super().visit_Allocate(s)
+
+
+def _work_group_region(s: Stmt) -> bool:
+    """Does ``s`` hold threadIdx loops and a buffer allocated outside them? The opencl backend
+    shares such a buffer in the work-group, behind barriers that every work-item must reach:
+    a partition there would duplicate each barrier region (and gains nothing on a GPU)."""
+    v = _WorkGroupAlloc()
+    v.visit(s)
+    return v.threads and v.allocs
 
 
 def _const_side(m: BinOp) -> Const:

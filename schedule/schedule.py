@@ -41,11 +41,17 @@ class Schedule:
         for t in self.outputs:
             self._stage_of[id(t)].is_output = True
 
+    def unique_name(self, base: str, names: set[str] | None = None) -> str:
+        """``base``, or ``base_1``, ``base_2``... whichever no stage is called yet."""
+        names = names if names is not None else {s.name for s in self.stages}
+        name, n = base, 1
+        while name in names:
+            name, n = f"{base}_{n}", n + 1
+        return name
+
     def _add_stage(self, op, names: set[str] | None = None, index: int | None = None) -> Stage:
         names = names if names is not None else {s.name for s in self.stages}
-        name, n = op.name, 1
-        while name in names:
-            name, n = f"{op.name}_{n}", n + 1
+        name = self.unique_name(op.name, names)
         names.add(name)
         st = Stage(op, self, name)
         if index is None:

@@ -249,9 +249,16 @@ class Stage:
         if tag not in THREAD_TAGS:
             raise self._err(f"bind({getattr(loop, 'name', loop)})",
                             f"unknown thread tag {tag!r}; use one of {', '.join(THREAD_TAGS)}")
-        if tag.startswith("threadIdx") and getattr(loop, "kind", None) is IterKind.REDUCE:
-            raise self._err(f"bind({loop.name})", "a reduction loop cannot be bound to threads "
-                            "(threads would update one element); rfactor it first")
+        if getattr(loop, "kind", None) is IterKind.REDUCE:
+            who = "threads" if tag.startswith("threadIdx") else "work-groups"
+            raise self._err(f"bind({loop.name})", f"a reduction loop cannot be bound to {who} "
+                            f"({who} would update one element); rfactor it first")
+        for other, (kind, arg) in self.annotations.items():
+            if kind is Annot.BIND and arg == tag and other is not loop:
+                raise self._err(f"bind({getattr(loop, 'name', loop)})",
+                                f"loop '{other.name}' is already bound to {tag}; a tag indexes "
+                                "one loop of a stage: bind this one to another dimension or "
+                                "fuse the two loops first")
         self._annotate("bind", loop, Annot.BIND, tag)
 
     # ---- where the stage is computed -------------------------------------------------------
