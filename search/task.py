@@ -16,7 +16,7 @@ import re
 import sys
 from typing import Any
 
-from ..errors import LooptuneError
+from ..errors import LooptuneError, ScheduleError
 from ..lang.tensor import Tensor
 from ..schedule.schedule import Schedule
 from .flops import count_flop
@@ -35,7 +35,12 @@ class Task:
         self.args = tpl.canonical_args(tuple(args))
         self.target = canonical_target(target)
         space = ConfigSpace(f"{self.name}{_short(self.args)}")
-        s, tensors = self._call(space)
+        try:
+            s, tensors = self._call(space)
+        except ScheduleError as e:
+            raise LooptuneError(f"template '{self.name}' raised while its config space was "
+                                f"collected (every knob at its first choice): {e}; the first "
+                                "choice of every knob must give a valid schedule") from e
         unread = [n for n in space.knobs if n not in space.used]
         if unread:
             log.info("template '%s' defines knobs %s but never reads them (cfg[name]); their "

@@ -121,14 +121,16 @@ class Template:
         for ctx in reversed(_DISPATCH.get()):
             cfg = ctx.query(self, cargs)
             if cfg is not None:
-                return self.func(cfg, *cargs)
+                out = self.func(cfg, *cargs)
+                ctx.instantiated(self, cargs, cfg, out)
+                return out
         contexts = _DISPATCH.get()
         if contexts:
             keys = {k for ctx in contexts for k in ctx.keys_for(self, cargs)}
-            key = TaskKey(self.name, cargs, "/".join(sorted(k.target for k in keys)) or "c")
-            self._warn_once(key, f"template '{self.name}': the applied tuning log has no "
-                            f"correct record for task {key}; using a fallback config "
-                            "(untuned, possibly slow)")
+            key = TaskKey(self.name, cargs, "/".join(sorted(k.target for k in keys)) or "any")
+            contexts[-1].warn_once(key, f"template '{self.name}': the applied tuning log has "
+                                   f"no correct record for task {key}; using a fallback "
+                                   "config (untuned, possibly slow)")
         else:
             key = TaskKey(self.name, cargs, "*")
             self._warn_once(key, f"template '{self.name}' called with args "
@@ -192,6 +194,16 @@ class DispatchContext:
     def keys_for(self, tpl: Template, args: tuple) -> list[TaskKey]:
         """Task keys this context looked for (named in the fallback warning)."""
         return []
+
+    def instantiated(self, tpl: Template, args: tuple, cfg: ConfigEntity, out) -> None:
+        """Called with the template's ``(schedule, tensors)`` after ``query`` chose ``cfg``."""
+
+    def warn_once(self, key: TaskKey, msg: str) -> None:
+        """Log ``msg`` as a warning the first time this context misses ``key``."""
+        warned = self.__dict__.setdefault("_warned", set())
+        if key not in warned:
+            warned.add(key)
+            log.warning(msg)
 
     def __enter__(self):
         self._token = _DISPATCH.set(_DISPATCH.get() + (self,))

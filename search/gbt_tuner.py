@@ -1,0 +1,337 @@
+"""A tuner guided by a gradient-boosted-tree cost model over loop-nest features.
+
+Each config is described by the features of its lowered loop nest
+(:mod:`looptune.search.features`), not by its knob values, so one model can learn from
+several tasks. The loop:
+
+1. the first ``n_init`` candidates are random (unless transferred data already trains a
+   model);
+2. after every batch, a scikit-learn ``HistGradientBoostingRegressor`` is retrained on every
+   measured config. The target is, by ``objective``: ``"rank"`` (default) each config's
+   throughput rank among the measured ones, scaled to [0, 1] — an order-only target that
+   outliers and failed candidates cannot distort; or ``"log"``, log throughput. (A pairwise
+   ranking model — a classifier on feature differences — ranked no better on the benchmark
+   tasks' data and costs many more predictions, so it is not offered);
+3. to propose a batch, simulated annealing over the model walks ``n_chains`` chains of
+   neighbouring configs (one knob changed) from the best measured and best predicted configs,
+   with a temperature falling over ``sa_steps`` steps, and computes the features of at most
+   ``explore`` new configs (lowering is what costs: a few to a few tens of ms per config);
+   ``explore // 4`` random configs are scored as well. Every scored, never-measured config
+   joins a pool that the current model re-ranks each batch;
+4. the batch is the pool's best predictions; each slot is instead a random config with
+   probability ``eps``. No config is measured twice.
+
+Transfer: ``transfer_logs=[paths]`` adds the records of *other* tasks of those logs (their
+templates must be registered, i.e. imported) to the training data, each task's targets
+normalised on its own (records of this task are left to ``tune(resume=...)``). Two models are
+then kept once this task has ``n_init`` measurements: with and without the transferred data.
+Both predict every proposed config before it is measured; the model whose predictions have
+ordered the last ``window`` measured configs better (Kendall concordance) proposes the next
+batch, so transferred data that misleads on this task is dropped from the search.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..errors import LooptuneError
+from .features import config_features
+from .measure import MeasureResult
+from .space import ConfigEntity
+from .task import Task
+from .tuner import Tuner
+
+log = logging.getLogger("looptune.search.gbt_tuner")
+
+OBJECTIVES = ("rank", "log")
+
+
+def _targets(fit: np.ndarray, objective: str) -> np.ndarray:
+    """Training targets from fitness values (0 = failed), higher is better."""
+    fit = np.asarray(fit, dtype=np.float64)
+    ok = fit > 0
+    if objective == "log":
+        if not ok.any():
+            return np.zeros_like(fit)
+        y = np.empty_like(fit)
+        y[ok] = np.log(fit[ok]) - np.log(fit[ok].max())
+        y[~ok] = y[ok].min() - 1.0
+        return y
+    order = np.argsort(np.argsort(fit, kind="stable"), kind="stable")   # 0 = worst
+    return order / max(1, len(fit) - 1)
+
+
+def _concordance(pred: Sequence[float], y: Sequence[float]) -> float:
+    """Kendall-style share of pairs that ``pred`` orders as ``y`` does (ties in y skipped)."""
+    p, t = np.asarray(pred), np.asarray(y)
+    dp = np.sign(p[:, None] - p[None, :])
+    dt = np.sign(t[:, None] - t[None, :])
+    mask = dt != 0
+    return float((dp[mask] == dt[mask]).mean()) if mask.any() else 0.5
+
+
+class GBTTuner(Tuner):
+    """Cost-model-guided search: gradient-boosted trees on loop-nest features, simulated
+    annealing over the model, an ``eps`` share of random configs, optional transfer."""
+
+    def __init__(self, task: Task, seed: int | None = None, objective: str = "rank",
+                 n_init: int = 12, eps: float = 0.1, explore: int = 48, n_chains: int = 8,
+                 sa_steps: int = 12, transfer_logs: Sequence | None = None,
+                 max_transfer: int = 400, window: int = 40, model_params: dict | None = None):
+        super().__init__(task, seed)
+        if objective not in OBJECTIVES:
+            raise LooptuneError(f"GBTTuner: objective must be one of {', '.join(OBJECTIVES)}; "
+                                f"got {objective!r}")
+        if not 0.0 <= eps <= 1.0 or n_init < 1 or explore < 1 or n_chains < 1:
+            raise LooptuneError("GBTTuner: need 0 <= eps <= 1, n_init >= 1, explore >= 1 and "
+                                "n_chains >= 1")
+        self.objective, self.n_init, self.eps = objective, n_init, eps
+        self.explore, self.n_chains, self.sa_steps = explore, n_chains, sa_steps
+        self.window = window
+        self.model_params = dict(max_iter=120, learning_rate=0.1, max_leaf_nodes=15,
+                                 min_samples_leaf=3, l2_regularization=1.0,
+                                 early_stopping=False)
+        self.model_params.update(model_params or {})
+        self._feat: dict[int, np.ndarray | None] = {}
+        self._fit: dict[int, float] = {}                # measured index -> fitness
+        self._pool: dict[int, None] = {}                # scored, never proposed
+        self._dims = self.space.dims
+        self.model = None                               # the model proposing batches
+        self._models: dict[str, object] = {}            # "transfer" / "target"
+        self._pending: dict[int, dict[str, float]] = {}  # proposed index -> predictions
+        self._scored: list[tuple[dict[str, float], float]] = []
+        self.active = "target"
+        self._src_x, self._src_y = self._load_transfer(transfer_logs or (), max_transfer)
+        if len(self._src_y):
+            self.active = "transfer"
+            self._retrain()
+
+    # ---- features ----------------------------------------------------------------------------
+
+    def features(self, index: int) -> np.ndarray | None:
+        """The loop-nest features of config ``index`` (cached); None for an invalid config."""
+        if index not in self._feat:
+            self._feat[index] = config_features(self.task, self.space.get(index))
+        return self._feat[index]
+
+    # ---- proposing ---------------------------------------------------------------------------
+
+    def next_batch(self, n: int) -> list[ConfigEntity]:
+        out: list[int] = []
+        if self.model is not None:
+            self._explore()
+            ranked = self._ranked_pool()
+            for _ in range(n):
+                if self.rng.random() < self.eps or not ranked:
+                    i = self._random_unvisited()
+                else:
+                    i = ranked.pop(0)
+                if i is not None and self._take(i):
+                    out.append(i)
+        while len(out) < n:
+            i = self._random_unvisited()
+            if i is None or not self._take(i):
+                break
+            out.append(i)
+        for i in out:
+            self._pool.pop(i, None)
+        self._remember_predictions(out)
+        return [self.space.get(i) for i in out]
+
+    def _ranked_pool(self) -> list[int]:
+        cands = [i for i in self._pool if i not in self.visited]
+        if not cands:
+            return []
+        scores = self._predict(cands)
+        order = sorted(range(len(cands)), key=lambda k: (-scores[k], cands[k]))
+        return [cands[k] for k in order]
+
+    def _predict(self, indices: Sequence[int], model=None) -> np.ndarray:
+        model = model or self.model
+        x = np.stack([self._feat[i] for i in indices])
+        return model.predict(x)
+
+    def _explore(self) -> None:
+        """Simulated annealing over the model; scored new configs join the pool."""
+        budget = self.explore
+        for _ in range(max(1, self.explore // 4)):          # a global view: random configs
+            i = self._random_unvisited()
+            if i is not None and i not in self._feat:
+                budget -= 1
+                if self.features(i) is not None:
+                    self._pool[i] = None
+        chains = self._chain_starts()
+        if not chains:
+            return
+        scores = list(self._predict(chains))
+        scale = max(float(np.std(scores)), 1e-9)
+        for step in range(self.sa_steps):
+            if budget <= 0:
+                break
+            temp = 1.0 * (0.05 / 1.0) ** (step / max(1, self.sa_steps - 1))
+            moves = []
+            for c in chains:
+                j = self._neighbour(c)
+                if j is not None and j not in self._feat:
+                    budget -= 1
+                if j is not None and self.features(j) is not None:
+                    moves.append(j)
+                    if j not in self.visited:
+                        self._pool[j] = None
+                else:
+                    moves.append(None)
+            valid = [j for j in moves if j is not None]
+            if not valid:
+                continue
+            pred = dict(zip(valid, self._predict(valid)))
+            for k, j in enumerate(moves):
+                if j is None:
+                    continue
+                delta = (pred[j] - scores[k]) / scale
+                if delta >= 0 or self.rng.random() < math.exp(delta / temp):
+                    chains[k], scores[k] = j, pred[j]
+
+    def _chain_starts(self) -> list[int]:
+        best = sorted(self._fit, key=lambda i: (-self._fit[i], i))
+        starts = [i for i in best if self._feat.get(i) is not None][:self.n_chains // 2]
+        for i in self._ranked_pool():
+            if len(starts) >= self.n_chains:
+                break
+            if i not in starts:
+                starts.append(i)
+        for _ in range(self.n_chains - len(starts)):
+            i = self._random_unvisited()
+            if i is not None and self.features(i) is not None:
+                starts.append(i)
+        return starts
+
+    def _neighbour(self, index: int) -> int | None:
+        vec = list(self.space.vector(index))
+        movable = [k for k, d in enumerate(self._dims) if d > 1]
+        if not movable:
+            return None
+        for _ in range(8):
+            cand = list(vec)
+            k = int(self.rng.choice(movable))
+            d = self._dims[k]
+            if self.rng.random() < 0.5:                      # adjacent (splits are ordered)
+                step = 1 if self.rng.random() < 0.5 else -1
+                cand[k] = vec[k] + step if 0 <= vec[k] + step < d else vec[k] - step
+            else:
+                other = int(self.rng.integers(d - 1))
+                cand[k] = other if other < vec[k] else other + 1
+            j = self.space.index_of(cand)
+            if j not in self.visited:
+                return j
+        return None
+
+    # ---- learning ----------------------------------------------------------------------------
+
+    def update(self, configs: Sequence[ConfigEntity], results: Sequence[MeasureResult]) -> None:
+        for c, r in zip(configs, results):
+            fit = self.fitness(r)
+            self._fit[c.index] = fit
+            self._pool.pop(c.index, None)
+            preds = self._pending.pop(c.index, None)
+            if preds is not None and len(preds) == 2:
+                self._scored.append((preds, fit))
+        self._retrain()
+
+    def _remember_predictions(self, indices: list[int]) -> None:
+        if len(self._models) < 2:
+            return
+        valid = [i for i in indices if self._feat.get(i) is not None]
+        if not valid:
+            return
+        for name, m in self._models.items():
+            for i, p in zip(valid, self._predict(valid, m)):
+                self._pending.setdefault(i, {})[name] = float(p)
+
+    def _training_set(self) -> tuple[np.ndarray, np.ndarray]:
+        idx = [i for i in self._fit if self.features(i) is not None]
+        if not idx:
+            return np.empty((0, 0)), np.empty(0)
+        x = np.stack([self._feat[i] for i in idx])
+        y = _targets(np.array([self._fit[i] for i in idx]), self.objective)
+        return x, y
+
+    def _new_model(self):
+        from sklearn.ensemble import HistGradientBoostingRegressor
+        return HistGradientBoostingRegressor(random_state=self.seed or 0, **self.model_params)
+
+    def _retrain(self) -> None:
+        x, y = self._training_set()
+        n_ok = sum(1 for i in self._fit if self._fit[i] > 0)
+        self._models = {}
+        if len(self._src_y):
+            xs, ys = self._src_x, self._src_y
+            w_src = np.full(len(ys), 0.5)
+            if len(y):
+                xs, ys = np.vstack([xs, x]), np.concatenate([ys, y])
+                w_src = np.concatenate([w_src, np.ones(len(y))])
+            self._models["transfer"] = self._new_model().fit(xs, ys, sample_weight=w_src)
+        if n_ok >= self.n_init and len(y) >= 2:
+            self._models["target"] = self._new_model().fit(x, y)
+        self._choose_model()
+
+    def _choose_model(self) -> None:
+        if len(self._models) == 2:
+            recent = self._scored[-self.window:]
+            if len(recent) >= 8:
+                y = [f for _, f in recent]
+                ct = _concordance([p["transfer"] for p, _ in recent], y)
+                c0 = _concordance([p["target"] for p, _ in recent], y)
+                self.active = "transfer" if ct >= c0 else "target"
+        elif self._models:
+            self.active = next(iter(self._models))
+        self.model = self._models.get(self.active)
+
+    # ---- transfer ----------------------------------------------------------------------------
+
+    def _load_transfer(self, logs: Sequence, limit: int) -> tuple[np.ndarray, np.ndarray]:
+        if not logs:
+            return np.empty((0, 0)), np.empty(0)
+        from .log import load_records
+        from .template import get_template
+        by_task: dict = {}
+        for r in load_records(list(logs)):
+            if r.task != self.task.key:
+                by_task.setdefault(r.task, []).append(r)
+        xs, ys = [], []
+        per_task = max(1, limit // max(1, len(by_task)))
+        for key, recs in by_task.items():
+            try:
+                task = Task(get_template(key.name), key.args, key.target)
+            except LooptuneError as e:
+                log.warning("GBTTuner: cannot use the records of %s for transfer: %s", key, e)
+                continue
+            picked = self._pick_records(recs, per_task)
+            feats, fits = [], []
+            for r in picked:
+                try:
+                    f = config_features(task, task.config_space.from_json(r.config))
+                except (LooptuneError, IndexError):
+                    f = None
+                if f is not None:
+                    feats.append(f)
+                    fits.append(r.gflops or (1.0 / r.cost if r.ok else 0.0))
+            if len(feats) >= 2:
+                xs.append(np.stack(feats))
+                ys.append(_targets(np.array(fits), self.objective))
+        if not xs:
+            return np.empty((0, 0)), np.empty(0)
+        log.info("GBTTuner: %d transferred records from %d tasks", sum(map(len, ys)), len(ys))
+        return np.vstack(xs), np.concatenate(ys)
+
+    def _pick_records(self, recs: list, limit: int) -> list:
+        """Distinct configs; the best half of the budget, the rest spread over the others."""
+        uniq = list({r.index: r for r in recs}.values())
+        if len(uniq) <= limit:
+            return uniq
+        uniq.sort(key=lambda r: r.cost)
+        top, rest = uniq[:limit // 2], uniq[limit // 2:]
+        pick = self.rng.choice(len(rest), size=limit - len(top), replace=False)
+        return top + [rest[int(k)] for k in sorted(pick)]

@@ -1,0 +1,223 @@
+"""What measurement workers do: build a candidate (builders) and run it (the runner).
+
+Both rebuild the task from its spec (importing the template's module or script). A builder
+instantiates the config, lowers and compiles it (the compiled object lands in the on-disk
+build cache) and reports the steps applied. The runner instantiates and builds the same config
+again — a cache hit costing only lowering and hashing — loads it, runs it once on inputs from
+a fixed seed, compares the outputs with the reference (the task's default schedule, computed
+once per task and kept on disk for restarted runners) and times it.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+from ..backends.build import build
+from ..errors import BuildError, ScheduleError
+from ..lang.tensor import PlaceholderOp
+from ..schedule.schedule import create_schedule
+from ..schedule.steps import dumps
+from .task import Task, task_from_spec
+
+_TOLERANCE = {"float16": (1e-2, 1e-3), "float32": (1e-3, 1e-4), "float64": (1e-7, 1e-9)}
+
+
+def pin_openmp_runtime() -> bool:
+    """Load libgomp once, never to be unloaded.
+
+    A worker loads and drops hundreds of kernels. When the last loaded kernel that uses
+    OpenMP is garbage-collected, its ``dlclose`` unloads libgomp while libgomp's idle pool
+    threads still run its code, and the process dies with SIGSEGV; pinning the runtime keeps
+    a valid parallel candidate from being recorded as a crash. Returns whether it loaded.
+    """
+    try:
+        ctypes.CDLL("libgomp.so.1", mode=os.RTLD_GLOBAL | getattr(os, "RTLD_NODELETE", 0))
+        return True
+    except OSError:
+        return False
+
+
+# ---- builder -------------------------------------------------------------------------------
+
+def builder_init(spec: dict) -> Task:
+    """Load the task once per builder process."""
+    pin_openmp_runtime()
+    return task_from_spec(spec)
+
+
+def builder_job(task: Task, index: int) -> dict[str, Any]:
+    """Instantiate and compile config ``index``; never raises for a bad config."""
+    try:
+        s, tensors = task.instantiate(task.config_space.get(index))
+        steps = dumps(s.steps)
+    except ScheduleError as e:
+        return {"kind": "invalid_config", "msg": str(e)}
+    except Exception as e:  # noqa: BLE001 - a template bug is this candidate's build error
+        return {"kind": "build_error", "msg": f"the template raised {type(e).__name__}: {e}"}
+    try:
+        f = build(s, tensors, target=task.target, name=task.func_name)
+    except ScheduleError as e:
+        return {"kind": "invalid_config", "msg": str(e), "steps": steps}
+    except BuildError as e:
+        return {"kind": "build_error", "msg": str(e), "steps": steps}
+    except Exception as e:  # noqa: BLE001
+        return {"kind": "build_error", "msg": f"{type(e).__name__}: {e}", "steps": steps}
+    return {"kind": "none", "steps": steps, "lib": str(getattr(f, "lib_path", ""))}
+
+
+# ---- runner --------------------------------------------------------------------------------
+
+def make_inputs(tensors, seed: int) -> dict[int, np.ndarray]:
+    """Arrays for the placeholders among ``tensors`` (by position), from a fixed seed."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for k, t in enumerate(tensors):
+        if not isinstance(t.op, PlaceholderOp):
+            continue
+        shape = _shape(t)
+        d = np.dtype(t.dtype)
+        if d.kind == "f":
+            out[k] = rng.uniform(-1.0, 1.0, size=shape).astype(d)
+        elif d.kind == "b":
+            out[k] = rng.random(size=shape) < 0.5
+        else:
+            lo = 0 if d.kind == "u" else -8
+            out[k] = rng.integers(lo, 8, size=shape, dtype=d)
+    return out
+
+
+def _shape(t) -> tuple[int, ...]:
+    shape = []
+    for s in t.shape:
+        v = s if isinstance(s, int) else getattr(s, "value", None)
+        if not isinstance(v, int):
+            raise ValueError(f"tensor '{t.name}' has the symbolic size {s}; a tuning task "
+                             "needs concrete sizes (pass them as template arguments)")
+        shape.append(v)
+    return tuple(shape)
+
+
+def _output_arrays(tensors) -> dict[int, np.ndarray]:
+    """Outputs prefilled with canaries, so that an element never written is a mismatch."""
+    out = {}
+    for k, t in enumerate(tensors):
+        if isinstance(t.op, PlaceholderOp):
+            continue
+        d = np.dtype(t.dtype)
+        fill = np.nan if d.kind == "f" else (True if d.kind == "b" else np.iinfo(d).max)
+        out[k] = np.full(_shape(t), fill, dtype=d)
+    return out
+
+
+class RunnerState:
+    """The runner's per-process state: the task, its inputs and its reference outputs."""
+
+    def __init__(self, task: Task, option, ref_dir: str | None):
+        self.task, self.option = task, option
+        _, tensors = task.instantiate(None)
+        self.inputs = make_inputs(tensors, option.seed)
+        self.reference: dict[int, np.ndarray] | None = None
+        if option.check_correctness:
+            self.reference = self._reference(tensors, ref_dir)
+
+    def _reference(self, tensors, ref_dir: str | None) -> dict[int, np.ndarray]:
+        path = os.path.join(ref_dir, "reference.npz") if ref_dir else None
+        if path and os.path.exists(path):
+            with np.load(path) as z:
+                return {int(k[1:]): z[k] for k in z.files}
+        outputs = [t for t in tensors if not isinstance(t.op, PlaceholderOp)]
+        f = build(create_schedule(outputs), tensors, target=self.task.target,
+                  name=self.task.func_name + "_ref")
+        outs = _output_arrays(tensors)
+        f(*[self.inputs[k] if k in self.inputs else outs[k] for k in range(len(tensors))])
+        if path:
+            fd, tmp = tempfile.mkstemp(dir=ref_dir, suffix=".npz")
+            with os.fdopen(fd, "wb") as fh:
+                np.savez(fh, **{f"o{k}": v for k, v in outs.items()})
+            os.replace(tmp, path)
+        return outs
+
+
+def runner_init(arg: tuple) -> RunnerState:
+    """Load the task, make the inputs, compute (or load) the reference."""
+    spec, option, ref_dir = arg
+    pin_openmp_runtime()
+    return RunnerState(task_from_spec(spec), option, ref_dir)
+
+
+def runner_job(state: RunnerState, job: tuple[int, float | None]) -> dict[str, Any]:
+    """Build (a cache hit), check and time config ``index``; ``best`` is the best cost so far
+    (for ``slow_cutoff``)."""
+    index, best = job
+    task, opt = state.task, state.option
+    s, tensors = task.instantiate(task.config_space.get(index))
+    f = build(s, tensors, target=task.target, name=task.func_name)
+    outs = _output_arrays(tensors)
+    arrays = [state.inputs[k] if k in state.inputs else outs[k] for k in range(len(tensors))]
+    t0 = time.perf_counter()
+    f(*arrays)
+    first = time.perf_counter() - t0
+    if state.reference is not None:
+        for k, ref in state.reference.items():
+            msg = compare(tensors[k].name, outs[k], ref, opt.rtol, opt.atol)
+            if msg:
+                return {"kind": "wrong_result", "msg": msg}
+    if (best is not None and opt.slow_cutoff is not None and first * 1e3 > opt.cutoff_min_ms
+            and first > opt.slow_cutoff * best):
+        return {"kind": "none", "costs": [first],
+                "msg": f"timing cut short: the first call took {first * 1e3:.3f} ms, over "
+                       f"{opt.slow_cutoff:g}x the best so far ({best * 1e3:.3f} ms)"}
+    return {"kind": "none", "costs": _time(f, arrays, opt)}
+
+
+def compare(name: str, out: np.ndarray, ref: np.ndarray, rtol: float | None,
+            atol: float | None) -> str | None:
+    """None when ``out`` matches ``ref``; else what differs."""
+    if out.dtype.kind != "f":
+        bad = out != ref
+        if not bad.any():
+            return None
+        at = tuple(int(x) for x in np.argwhere(bad)[0])
+        return (f"output '{name}' differs from the reference at {int(bad.sum())} of {bad.size} "
+                f"elements; first at {at}: got {out[at]}, expected {ref[at]}")
+    r0, a0 = _TOLERANCE.get(str(out.dtype), (1e-3, 1e-4))
+    rtol = r0 if rtol is None else rtol
+    atol = a0 if atol is None else atol
+    finite = np.abs(ref[np.isfinite(ref)])
+    scale = max(1.0, float(finite.max())) if finite.size else 1.0
+    o, r = out.astype(np.float64), ref.astype(np.float64)
+    close = np.isclose(o, r, rtol=rtol, atol=atol * scale, equal_nan=True)
+    if close.all():
+        return None
+    at = tuple(int(x) for x in np.argwhere(~close)[0])
+    err = np.abs(o - r)
+    return (f"output '{name}' differs from the reference at {int((~close).sum())} of "
+            f"{close.size} elements (rtol={rtol}, atol={atol * scale:.3g}); first at {at}: got "
+            f"{out[at]}, expected {ref[at]}; max abs error {np.nanmax(np.where(close, 0, err))}")
+
+
+_FLUSH: np.ndarray | None = None
+
+
+def _flush_cache() -> None:
+    global _FLUSH
+    if _FLUSH is None:
+        _FLUSH = np.zeros(64 << 17, dtype=np.float64)     # 64 MiB: past the last-level cache
+    _FLUSH += 1.0
+
+
+def _time(f, arrays, opt) -> list[float]:
+    if not opt.flush_cache:
+        return list(f.time(*arrays, number=opt.number, repeat=opt.repeat,
+                           min_repeat_ms=opt.min_repeat_ms).results)
+    costs = []
+    for _ in range(opt.repeat):
+        _flush_cache()
+        costs += f.time(*arrays, number=opt.number, repeat=1, min_repeat_ms=0,
+                        warmup=0).results
+    return costs

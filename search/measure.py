@@ -1,0 +1,235 @@
+"""Measuring candidates: options, results with error kinds, and the Measurer.
+
+For a batch of configs the :class:`Measurer` builds every candidate in parallel (a pool of
+``n_parallel`` builder processes, each build bounded by ``timeout``), then runs the ones that
+built, one at a time, in a runner process: it checks the outputs against the task's reference
+and times ``repeat`` repeats of ``number`` calls. A crash, a hang past ``timeout`` or an
+exception is recorded as the candidate's :class:`ErrorKind`; the dead or stuck process is
+replaced and the search goes on. Building never overlaps running, so timings are not disturbed
+by compilers.
+"""
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from ..errors import LooptuneError
+from .jobs import builder_init, builder_job, runner_init, runner_job
+from .space import ConfigEntity
+from .task import Task
+from .workers import Outcome, WorkerPool, worker_role
+
+log = logging.getLogger("looptune.search.measure")
+
+
+class ErrorKind(str, enum.Enum):
+    """How a candidate's measurement ended."""
+
+    NONE = "none"                      # measured: costs hold the repeats
+    INVALID_CONFIG = "invalid_config"  # the config makes an invalid schedule (ScheduleError)
+    BUILD_ERROR = "build_error"        # the template or the compiler failed
+    BUILD_TIMEOUT = "build_timeout"    # building took longer than the timeout
+    RUNTIME_ERROR = "runtime_error"    # running raised an exception
+    CRASH = "crash"                    # a worker process died (segfault, abort, ...)
+    TIMEOUT = "timeout"                # running took longer than the timeout
+    WRONG_RESULT = "wrong_result"      # the outputs differ from the reference
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass
+class MeasureOption:
+    """How to measure candidates.
+
+    ``number`` calls per repeat (raised until a repeat lasts ``min_repeat_ms``), ``repeat``
+    repeats (the cost is their median); ``timeout`` seconds bound each build and each run;
+    ``n_parallel`` builder processes (default: the CPU count), also the tuners' batch size;
+    ``check_correctness`` compares outputs with the task's default schedule on inputs from
+    ``seed`` (within ``rtol``/``atol``, by dtype when None); ``flush_cache`` evicts the caches
+    before each repeat (``min_repeat_ms`` is then ignored). A candidate whose first (checked)
+    call takes longer than ``cutoff_min_ms`` and ``slow_cutoff`` times the best cost measured so
+    far is not timed further: that call is its cost (it cannot be the best), which keeps
+    hopeless candidates from eating the tuning time; ``slow_cutoff=None`` times every candidate
+    in full.
+    """
+
+    number: int = 4
+    repeat: int = 3
+    min_repeat_ms: float = 0.0
+    timeout: float = 10.0
+    n_parallel: int | None = None
+    check_correctness: bool = True
+    flush_cache: bool = False
+    rtol: float | None = None
+    atol: float | None = None
+    seed: int = 0
+    slow_cutoff: float | None = 10.0
+    cutoff_min_ms: float = 50.0
+
+    def __post_init__(self):
+        if self.n_parallel is None:
+            self.n_parallel = os.cpu_count() or 1
+        for name in ("number", "repeat", "n_parallel"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise LooptuneError(f"MeasureOption: {name} must be a positive int; got {v!r}")
+        if not self.timeout or self.timeout <= 0:
+            raise LooptuneError(f"MeasureOption: timeout must be positive seconds; got "
+                                f"{self.timeout!r}")
+        if self.min_repeat_ms < 0:
+            raise LooptuneError("MeasureOption: min_repeat_ms must be >= 0")
+        if self.slow_cutoff is not None and not self.slow_cutoff > 1:
+            raise LooptuneError(f"MeasureOption: slow_cutoff must be > 1 (or None); got "
+                                f"{self.slow_cutoff!r}")
+
+
+@dataclass
+class MeasureResult:
+    """One measured candidate: its config, every repeat's seconds, and how it ended."""
+
+    config: ConfigEntity
+    costs: list[float] = field(default_factory=list)
+    error_kind: ErrorKind = ErrorKind.NONE
+    error_msg: str = ""
+    build_time: float = 0.0
+    run_time: float = 0.0
+    timestamp: float = field(default_factory=time.time)
+    steps: str | None = None
+    flop: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Measured correctly (no error, at least one cost)."""
+        return self.error_kind is ErrorKind.NONE and bool(self.costs)
+
+    @property
+    def cost(self) -> float:
+        """Median seconds per call; ``inf`` for a failed candidate."""
+        return statistics.median(self.costs) if self.ok else float("inf")
+
+    @property
+    def gflops(self) -> float | None:
+        """GFLOP/s at the median cost (None when failed or the FLOPs are unknown)."""
+        if not self.ok or not self.flop or self.cost <= 0:
+            return None
+        return self.flop / self.cost / 1e9
+
+    def __str__(self) -> str:
+        if self.ok:
+            rate = f", {self.gflops:.2f} GFLOP/s" if self.gflops else ""
+            return f"{self.config}: {self.cost * 1e3:.4f} ms{rate}"
+        return f"{self.config}: {self.error_kind.value}: {self.error_msg.splitlines()[0][:200]}" \
+            if self.error_msg else f"{self.config}: {self.error_kind.value}"
+
+
+def _short(msg: str, limit: int = 4000) -> str:
+    return msg if len(msg) <= limit else msg[:limit] + "\n... (truncated)"
+
+
+class Measurer:
+    """Builds and runs candidates of one task in worker processes (a context manager)."""
+
+    def __init__(self, task: Task, option: MeasureOption):
+        self.task, self.option = task, option
+        self._builders: WorkerPool | None = None
+        self._runner: WorkerPool | None = None
+        self._ref_dir: str | None = None
+        self.best_cost: float | None = None     # for slow_cutoff; the tuner may seed it
+
+    def __enter__(self) -> Measurer:
+        if worker_role() != "main":
+            raise LooptuneError("tuning was started inside a measurement worker: the module "
+                                "or script defining the template starts tuning when imported; "
+                                "put that code under `if __name__ == \"__main__\":`")
+        spec = self.task.spec()
+        opt = self.option
+        init_timeout = max(120.0, 10 * opt.timeout)
+        self._ref_dir = tempfile.mkdtemp(prefix="looptune-ref-")
+        try:
+            self._builders = WorkerPool(opt.n_parallel, "builder", builder_init, spec,
+                                        builder_job, init_timeout)
+            self._runner = WorkerPool(1, "runner", runner_init, (spec, opt, self._ref_dir),
+                                      runner_job, init_timeout)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the worker processes and remove the reference files."""
+        for pool in (self._builders, self._runner):
+            if pool is not None:
+                pool.close()
+        self._builders = self._runner = None
+        if self._ref_dir:
+            shutil.rmtree(self._ref_dir, ignore_errors=True)
+            self._ref_dir = None
+
+    def measure(self, configs: Sequence[ConfigEntity]) -> Iterator[MeasureResult]:
+        """Measure ``configs``; yields each result (in order) as soon as it is known."""
+        if self._builders is None:
+            raise LooptuneError("Measurer.measure: use the Measurer as a context manager")
+        built = self._builders.map([c.index for c in configs], self.option.timeout)
+        for cfg, b in zip(configs, built):
+            res = self._from_build(cfg, b)
+            if res.error_kind is ErrorKind.NONE:
+                self._run(res)
+            yield res
+
+    def _from_build(self, cfg: ConfigEntity, b: Outcome) -> MeasureResult:
+        res = MeasureResult(cfg, build_time=b.elapsed, flop=self.task.flop)
+        if b.status == "ok":
+            res.error_kind = ErrorKind(b.payload["kind"])
+            res.error_msg = _short(b.payload.get("msg", ""))
+            res.steps = b.payload.get("steps")
+        elif b.status == "timeout":
+            res.error_kind = ErrorKind.BUILD_TIMEOUT
+            res.error_msg = f"building took longer than {self.option.timeout} s: {b.payload}"
+        elif b.status == "crash":
+            res.error_kind = ErrorKind.CRASH
+            res.error_msg = f"while building: {b.payload}"
+        else:
+            res.error_kind, res.error_msg = ErrorKind.BUILD_ERROR, _short(str(b.payload))
+        return res
+
+    def _run(self, res: MeasureResult) -> None:
+        (r,) = self._runner.map([(res.config.index, self.best_cost)], self.option.timeout)
+        res.run_time = r.elapsed
+        if r.status == "ok":
+            res.error_kind = ErrorKind(r.payload["kind"])
+            res.error_msg = _short(r.payload.get("msg", ""))
+            res.costs = [float(c) for c in r.payload.get("costs", [])]
+            if res.ok and (self.best_cost is None or res.cost < self.best_cost):
+                self.best_cost = res.cost
+        elif r.status == "timeout":
+            res.error_kind = ErrorKind.TIMEOUT
+            res.error_msg = f"running took longer than {self.option.timeout} s: {r.payload}"
+        elif r.status == "crash":
+            res.error_kind = ErrorKind.CRASH
+            res.error_msg = f"while running: {r.payload}"
+        else:
+            res.error_kind, res.error_msg = ErrorKind.RUNTIME_ERROR, _short(str(r.payload))
+        res.timestamp = time.time()
+
+
+def measure_configs(task: Task, configs: Sequence[ConfigEntity | int],
+                    option: MeasureOption | None = None) -> list[MeasureResult]:
+    """Measure some configs of ``task`` once (no tuner, no log): a convenience for scripts."""
+    option = option or MeasureOption()
+    ents = [c if isinstance(c, ConfigEntity) else task.config_space.get(c) for c in configs]
+    with Measurer(task, option) as m:
+        out: list[MeasureResult] = []
+        for k in range(0, len(ents), option.n_parallel):
+            out.extend(m.measure(ents[k:k + option.n_parallel]))
+        return out

@@ -1,0 +1,128 @@
+"""End to end: tuners on a small matmul, apply-best, resume after kill -9, Ctrl-C."""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import numpy as np
+import pytest
+
+import looptune as lt
+from helpers_templates import tmatmul
+from looptune.schedule.steps import dumps
+from looptune.search import (GATuner, GridTuner, MeasureOption, RandomTuner, SATuner,
+                             apply_history_best, create_task, load_best, load_records,
+                             log_to_file)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "helpers_tune_script.py")
+N = 32
+
+
+@pytest.mark.parametrize("cls", [RandomTuner, GridTuner, GATuner, SATuner])
+def test_tuner_log_then_apply_history_best(cls, tmp_path):
+    task = create_task("test_matmul", (N, N, N))
+    path = tmp_path / f"{cls.__name__}.jsonl"
+    kwargs = {"pop_size": 8} if cls is GATuner else {}
+    tuner = cls(task, seed=3, **kwargs)
+    opt = MeasureOption(number=2, repeat=3, timeout=10, n_parallel=2, slow_cutoff=None)
+    best = tuner.tune(24, opt, callbacks=[log_to_file(path)])
+    recs = load_records(path, task)
+    assert len(recs) == 24 and len({r.index for r in recs}) == 24
+    assert all(r.error_kind == "none" and len(r.costs) == 3 for r in recs)
+    logged = load_best(path, task)
+    assert logged.index == best.config.index and logged.cost == best.cost
+    with apply_history_best(path) as ctx:
+        s, tensors = tmatmul(N, N, N)
+    assert [c.index for _, c in ctx.applied] == [logged.index]
+    assert dumps(s.steps) == logged.steps
+    f = lt.build(s, tensors)
+    rng = np.random.default_rng(0)
+    a = rng.uniform(-1, 1, (N, N)).astype("float32")
+    b = rng.uniform(-1, 1, (N, N)).astype("float32")
+    c = np.full((N, N), np.nan, dtype="float32")
+    f(a, b, c)
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+
+
+def _lines(path) -> list[bytes]:
+    return path.read_bytes().splitlines(keepends=True) if path.exists() else []
+
+
+def _workers_tagged(tag: str) -> list[int]:
+    pids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/environ", "rb") as f:
+                    if tag.encode() in f.read():
+                        pids.append(int(d))
+            except OSError:
+                pass
+    return pids
+
+
+def _start(log, n_trial, tag):
+    env = dict(os.environ, LOOPTUNE_TEST_TAG=tag)
+    return subprocess.Popen([sys.executable, SCRIPT, str(log), str(n_trial), "1"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_lines(path, n, proc, limit=90.0):
+    t0 = time.monotonic()
+    while len(_lines(path)) < n:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() - t0 < limit, "the tuning process made no progress"
+        time.sleep(0.05)
+
+
+def test_resume_after_kill_9_loses_nothing_and_measures_nothing_twice(tmp_path, caplog):
+    log = tmp_path / "killed.jsonl"
+    tag = f"lt-kill-{uuid.uuid4().hex}"
+    proc = _start(log, 30, tag)
+    _wait_lines(log, 8, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+    before = _lines(log)
+    assert before and all(ln.endswith(b"\n") for ln in before)
+    with open(log, "ab") as f:
+        f.write(before[-1][:40])                   # as if killed in the middle of a write
+    t0 = time.monotonic()
+    while _workers_tagged(tag):                    # orphaned workers end themselves
+        assert time.monotonic() - t0 < 10, "workers outlived their killed tuner"
+        time.sleep(0.1)
+
+    caplog.set_level(logging.WARNING, logger="looptune.search")
+    task = create_task("test_matmul", (N, N, N))
+    tuner = RandomTuner(task, seed=1)
+    tuner.tune(30, MeasureOption(number=2, repeat=2, timeout=10, n_parallel=2),
+               callbacks=[log_to_file(log)], resume=True)
+    assert any("torn" in r.getMessage() for r in caplog.records)
+    after = log.read_bytes()
+    assert after.startswith(b"".join(before))     # every complete record kept, unchanged
+    recs = load_records(log, task)
+    assert len(recs) == 30 and len({r.index for r in recs}) == 30
+    assert tuner.trials == 30
+
+
+def test_ctrl_c_stops_after_the_candidates_in_flight(tmp_path):
+    log = tmp_path / "interrupted.jsonl"
+    tag = f"lt-int-{uuid.uuid4().hex}"
+    proc = _start(log, 400, tag)
+    _wait_lines(log, 4, proc)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "interrupted" in err
+    words = out.split()
+    assert words[0] == "BEST" and words[2] == "TRIALS"
+    trials = int(words[3])
+    recs = load_records(log)
+    assert 4 <= len(recs) == trials < 400
+    assert int(words[1]) == min(recs, key=lambda r: r.cost).index
+    assert not _workers_tagged(tag)
