@@ -111,7 +111,7 @@ def _blur_params(rng):
 def _blur(p) -> FuzzOp:
     """Halide's two-stage 3x3 box blur (the input is 2 larger: no boundary condition)."""
     H, W = p["H"], p["W"]
-    I = lt.placeholder((H + 2, W + 2), "float32", name="I")  # noqa: E741
+    I = lt.placeholder((H + 2, W + 2), "float32", name="I")
     bx = lt.compute((H + 2, W), lambda y, x: (I[y, x] + I[y, x + 1] + I[y, x + 2]) / 3.0,
                     name="blur_x")
     by = lt.compute((H, W), lambda y, x: (bx[y, x] + bx[y + 1, x] + bx[y + 2, x]) / 3.0,
@@ -190,6 +190,10 @@ def _maxpool(p) -> FuzzOp:
                   ref)
 
 
+def _avgpool_params(rng):
+    return {k: v for k, v in _pool_params(rng).items() if k != "dtype"}
+
+
 def _avgpool(p) -> FuzzOp:
     """2x2 average pooling with stride 2: a window-sum stage, then a scaling stage."""
     N, C, H, W = p["N"], p["C"], p["H"], p["W"]
@@ -259,7 +263,7 @@ OPS: dict[str, tuple[Callable, Callable]] = {
     "softmax": (_rows_params, _softmax),
     "layernorm": (_rows_params, _layernorm),
     "maxpool": (_pool_params, _maxpool),
-    "avgpool": (_pool_params, _avgpool),
+    "avgpool": (_avgpool_params, _avgpool),
     "transpose": (_transpose_params, _transpose),
     "chain": (_rows_params, _chain),
     "chain_int": (_rows_params, _chain_int),
