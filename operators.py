@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import inspect
 import re
 import sys
 from dataclasses import dataclass
@@ -31,6 +32,16 @@ class Operator:
     @property
     def c_name(self) -> str:
         return re.sub(r"\W", "_", self.name)
+
+    def reference_for(self, args: tuple) -> Callable:
+        """The numpy reference with the template arguments it also takes (stride, pad...)
+        bound by name from ``algorithm``'s parameters."""
+        names = list(inspect.signature(self.algorithm).parameters)
+        given = dict(zip(names, args))
+        wanted = inspect.signature(self.reference).parameters
+        kw = {k: given[k] for k in wanted if k in given}
+        ref = self.reference
+        return lambda *arrays: ref(*arrays, **kw)
 
 
 _REQUIRED = ("NAME", "DEFAULT_ARGS", "algorithm", "hand_schedule", "template", "reference")

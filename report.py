@@ -35,9 +35,9 @@ def _arrays(tensors, seed: int = 0):
     return inputs, outputs, args
 
 
-def _check(op: Operator, f, inputs, outputs, args) -> None:
+def _check(op: Operator, reference, f, inputs, outputs, args) -> None:
     f(*args)
-    ref = op.reference(*inputs)
+    ref = reference(*inputs)
     refs = ref if isinstance(ref, (tuple, list)) else (ref,)
     for out, want in zip(outputs, refs):
         tol = 1e-3 if out.dtype.kind == "f" and out.dtype.itemsize <= 4 else 1e-6
@@ -47,20 +47,22 @@ def _check(op: Operator, f, inputs, outputs, args) -> None:
                            f"(max abs error {err:.3g}); not timing a wrong kernel")
 
 
-def time_op(op: Operator, s, tensors, target: str, repeat: int) -> tuple[float, float, float]:
+def time_op(op: Operator, args_: tuple, s, tensors, target: str,
+            repeat: int) -> tuple[float, float, float]:
     """(looptune seconds, numpy seconds, flop) for one schedule, timed side by side."""
     import looptune as lt
     from .backends.module import time_callable
     from .search import count_flop
     f = lt.build(s, tensors, target=target, name=op.c_name)
     inputs, outputs, args = _arrays(tensors)
-    _check(op, f, inputs, outputs, args)
+    reference = op.reference_for(args_)
+    _check(op, reference, f, inputs, outputs, args)
     # OpenBLAS's and OpenMP's worker threads spin for a while after a call; on a small
     # machine they would steal the cores from whichever is timed next, so let them settle
     time.sleep(SETTLE_S)
     t = f.time(*args, number=1, repeat=repeat, min_repeat_ms=MIN_REPEAT_MS).median
     time.sleep(SETTLE_S)
-    tn = time_callable(lambda: op.reference(*inputs), 1, repeat, MIN_REPEAT_MS).median
+    tn = time_callable(lambda: reference(*inputs), 1, repeat, MIN_REPEAT_MS).median
     time.sleep(SETTLE_S)
     return t, tn, float(count_flop(tensors) or 0)
 
@@ -78,7 +80,7 @@ def bench_table(ops: list[Operator], args_text, log, target: str, repeat: int) -
                     raise
                 rows.append((op.name, _sizes(args), "tuned", "-", "-", "-", str(e)[:60]))
                 continue
-            t, tn, flop = time_op(op, s, tensors, target, repeat)
+            t, tn, flop = time_op(op, args, s, tensors, target, repeat)
             gf = f"{flop / t / 1e9:.1f}" if flop else "-"
             sched = label if lg is None else f"tuned #{how.split('#')[1].split()[0]}"
             rows.append((op.name, _sizes(args), sched, f"{t * 1e3:.3f}", f"{tn * 1e3:.3f}",
@@ -102,7 +104,7 @@ def summarise_tuning(op: Operator, args: tuple, target: str, log: Path) -> str:
     """Best config, its GFLOP/s, and its speedup over the fallback config and numpy."""
     rec = best_record(op, args, str(log), target)
     s, tensors, _ = instantiate(op, args, str(log), target)
-    t, tn, flop = time_op(op, s, tensors, target, 5)
+    t, tn, flop = time_op(op, args, s, tensors, target, 5)
     tlog = logging.getLogger("looptune.search.template")
     level = tlog.level
     tlog.setLevel(logging.ERROR)               # the fallback is wanted here: no warning
@@ -110,7 +112,7 @@ def summarise_tuning(op: Operator, args: tuple, target: str, log: Path) -> str:
         fs, ftensors = op.template(*args)      # outside any log: the fallback config
     finally:
         tlog.setLevel(level)
-    tf, _, _ = time_op(op, fs, ftensors, target, 5)
+    tf, _, _ = time_op(op, args, fs, ftensors, target, 5)
     knobs = ", ".join(f"{k}={v}" for k, v in rec.config.get("knobs", {}).items())
     gf = f"  ({flop / t / 1e9:.1f} GFLOP/s)" if flop else ""
     return "\n".join([

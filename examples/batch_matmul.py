@@ -15,11 +15,6 @@ import numpy as np
 
 import looptune as lt
 
-try:  # lt.template once the search package exports it
-    from looptune import template as _template
-except ImportError:
-    from looptune.search.template import template as _template
-
 NAME = "batch_matmul"
 DEFAULT_ARGS = (8, 256, 256, 256)
 
@@ -62,7 +57,7 @@ def hand_schedule(Bt: int, N: int, M: int, K: int, dtype: str = "float32"):
     return _schedule(Bt, N, M, K, dtype, panel=128, tile_i=8, tile_j=32)
 
 
-@_template(NAME)
+@lt.template(NAME)
 def template(cfg, Bt: int, N: int, M: int, K: int, dtype: str = "float32"):
     """Panel width and register tile; the fallback config is the hand schedule."""
     cfg.define_knob("panel", [128, 64, 256, 32])

@@ -10,11 +10,6 @@ import numpy as np
 
 import looptune as lt
 
-try:  # lt.template once the search package exports it
-    from looptune import template as _template
-except ImportError:
-    from looptune.search.template import template as _template
-
 NAME = "blur"
 DEFAULT_ARGS = (4096, 4096)
 
@@ -42,7 +37,7 @@ def hand_schedule(H: int, W: int, dtype: str = "float32"):
     return s, [inp, by]
 
 
-@_template(NAME)
+@lt.template(NAME)
 def template(cfg, H: int, W: int, dtype: str = "float32"):
     """Tile shape and where blur_x is computed (per tile, inlined into blur_y, or whole at
     root); the fallback config (first value of each knob) is the hand schedule."""

@@ -25,11 +25,6 @@ import numpy as np
 
 import looptune as lt
 
-try:  # lt.template once the search package exports it
-    from looptune import template as _template
-except ImportError:
-    from looptune.search.template import template as _template
-
 NAME = "conv2d"
 DEFAULT_ARGS = (1, 64, 56, 56, 64, 3, 3, 1, 1)   # N, C, H, W, K, KH, KW, stride, pad
 
@@ -173,7 +168,7 @@ def hand_schedule_nchwc(N, C, H, W, K, KH, KW, stride=1, pad=1, dtype="float32")
 # ---- templates ------------------------------------------------------------------------------
 
 
-@_template(NAME)
+@lt.template(NAME)
 def template(cfg, N, C, H, W, K, KH, KW, stride=1, pad=1, dtype="float32"):
     """Register tile (channels x rows x columns); the fallback config is the hand schedule."""
     cfg.define_knob("tile_k", [8, 4, 6, 12, 16])
@@ -183,7 +178,7 @@ def template(cfg, N, C, H, W, K, KH, KW, stride=1, pad=1, dtype="float32"):
                      cfg["tile_x"].val, cfg["tile_y"].val)
 
 
-@_template(NAME_NCHWC)
+@lt.template(NAME_NCHWC)
 def template_nchwc(cfg, N, C, H, W, K, KH, KW, stride=1, pad=1, dtype="float32"):
     """Register tile (rows x columns of 16-channel vectors), unrolling of the kernel width;
     the fallback config is the hand schedule."""

@@ -15,11 +15,6 @@ import numpy as np
 
 import looptune as lt
 
-try:  # lt.template once the search package exports it
-    from looptune import template as _template
-except ImportError:
-    from looptune.search.template import template as _template
-
 NAME = "depthwise_conv2d"
 DEFAULT_ARGS = (1, 128, 56, 56, 3, 3, 1, 1)   # N, C, H, W, KH, KW, stride, pad
 
@@ -76,7 +71,7 @@ def hand_schedule(N, C, H, W, KH, KW, stride=1, pad=1, dtype="float32"):
                      pad_at_channel=True)
 
 
-@_template(NAME)
+@lt.template(NAME)
 def template(cfg, N, C, H, W, KH, KW, stride=1, pad=1, dtype="float32"):
     """Register tile and where the padded plane lives; the fallback config is the hand
     schedule."""

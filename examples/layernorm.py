@@ -13,11 +13,6 @@ import numpy as np
 
 import looptune as lt
 
-try:  # lt.template once the search package exports it
-    from looptune import template as _template
-except ImportError:
-    from looptune.search.template import template as _template
-
 NAME = "layernorm"
 DEFAULT_ARGS = (4096, 1024)
 EPS = 1e-5
@@ -83,7 +78,7 @@ def hand_schedule(N: int, D: int, dtype: str = "float32"):
     return _schedule(N, D, dtype, lanes=16, rows=1)
 
 
-@_template(NAME)
+@lt.template(NAME)
 def template(cfg, N: int, D: int, dtype: str = "float32"):
     """Lanes of the rfactored sums and rows per parallel iteration; fallback = hand."""
     cfg.define_knob("lanes", [16, 32, 64, 8])

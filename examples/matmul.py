@@ -16,11 +16,6 @@ import numpy as np
 
 import looptune as lt
 
-try:  # lt.template once the search package exports it
-    from looptune import template as _template
-except ImportError:
-    from looptune.search.template import template as _template
-
 NAME = "matmul"
 DEFAULT_ARGS = (1024, 1024, 1024)
 
@@ -57,7 +52,7 @@ def hand_schedule(N: int, M: int, K: int, dtype: str = "float32"):
     return s, [A, B, C]
 
 
-@_template(NAME)
+@lt.template(NAME)
 def template(cfg, N: int, M: int, K: int, dtype: str = "float32"):
     """The hand schedule with its sizes as knobs: B panel width, register tile rows x
     columns, and whether threads share column panels or row tiles. The fallback config (the

@@ -13,11 +13,6 @@ import numpy as np
 
 import looptune as lt
 
-try:  # lt.template once the search package exports it
-    from looptune import template as _template
-except ImportError:
-    from looptune.search.template import template as _template
-
 NAME = "matmul_relu"
 DEFAULT_ARGS = (1024, 1024, 1024)
 
@@ -63,7 +58,7 @@ def hand_schedule(N: int, M: int, K: int, dtype: str = "float32"):
     return _schedule(N, M, K, dtype, panel=64, tile_i=8, tile_j=32, par_rows=False)
 
 
-@_template(NAME)
+@lt.template(NAME)
 def template(cfg, N: int, M: int, K: int, dtype: str = "float32"):
     """Panel width, register tile and which loop the threads share; fallback = hand."""
     cfg.define_knob("panel", [64, 128, 256, 32])

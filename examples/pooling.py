@@ -16,11 +16,6 @@ import numpy as np
 
 import looptune as lt
 
-try:  # lt.template once the search package exports it
-    from looptune import template as _template
-except ImportError:
-    from looptune.search.template import template as _template
-
 MAX_ARGS = (1, 64, 112, 112, 3, 3, 2, 1)   # N, C, H, W, KH, KW, stride, pad
 AVG_ARGS = (1, 64, 112, 112, 2, 2, 2, 0)
 
@@ -109,7 +104,7 @@ def hand_schedule_avg(N, C, H, W, KH, KW, stride=2, pad=0, dtype="float32"):
                      pad_at_channel=True)
 
 
-@_template("max_pool2d")
+@lt.template("max_pool2d")
 def template_max(cfg, N, C, H, W, KH, KW, stride=2, pad=1, dtype="float32"):
     """Rows per reduction buffer, where the padded plane lives; fallback = hand schedule."""
     cfg.define_knob("rows", [1, 2, 4, 8])
@@ -118,7 +113,7 @@ def template_max(cfg, N, C, H, W, KH, KW, stride=2, pad=1, dtype="float32"):
                      cfg["pad_at_channel"].val)
 
 
-@_template("avg_pool2d")
+@lt.template("avg_pool2d")
 def template_avg(cfg, N, C, H, W, KH, KW, stride=2, pad=0, dtype="float32"):
     """Rows per reduction buffer, where the padded plane lives; fallback = hand schedule."""
     cfg.define_knob("rows", [1, 2, 4, 8])

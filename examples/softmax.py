@@ -15,11 +15,6 @@ import numpy as np
 
 import looptune as lt
 
-try:  # lt.template once the search package exports it
-    from looptune import template as _template
-except ImportError:
-    from looptune.search.template import template as _template
-
 NAME = "softmax"
 DEFAULT_ARGS = (4096, 1024)
 
@@ -82,7 +77,7 @@ def hand_schedule(N: int, M: int, dtype: str = "float32"):
     return _schedule(N, M, dtype, lanes=16, rows=1, buffer_exp=True)
 
 
-@_template(NAME)
+@lt.template(NAME)
 def template(cfg, N: int, M: int, dtype: str = "float32"):
     """Lanes of the rfactored reductions, rows per parallel iteration, exp buffered or
     recomputed; the fallback config is the hand schedule."""

@@ -14,11 +14,6 @@ import numpy as np
 
 import looptune as lt
 
-try:  # lt.template once the search package exports it
-    from looptune import template as _template
-except ImportError:
-    from looptune.search.template import template as _template
-
 NAME = "transpose"
 DEFAULT_ARGS = (4096, 4096)
 
@@ -51,7 +46,7 @@ def hand_schedule(N: int, M: int, dtype: str = "float32"):
     return _schedule(N, M, dtype, tj=16, ti=16, inner="vec", stage_block=True)
 
 
-@_template(NAME)
+@lt.template(NAME)
 def template(cfg, N: int, M: int, dtype: str = "float32"):
     """Block shape, what happens to the inner loop, staging A's block; fallback = hand."""
     cfg.define_knob("tile_j", [16, 8, 32, 64])

@@ -1,0 +1,56 @@
+"""Every operator of examples/: hand schedule, template fallback and a few sampled configs are
+exact against the numpy reference on small odd sizes (the defaults are benchmark sizes)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import looptune as lt
+from looptune.operators import load_operators
+from looptune.search.jobs import make_inputs
+from looptune.search.space import FallbackConfig
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+SMALL = {
+    "matmul": (13, 45, 7), "matmul_relu": (13, 45, 7), "batch_matmul": (2, 9, 37, 5),
+    "conv2d": (1, 5, 9, 11, 6, 3, 3, 2, 1), "conv2d_nchwc": (1, 5, 9, 11, 18, 3, 3, 1, 1),
+    "depthwise_conv2d": (1, 5, 9, 11, 3, 3, 2, 1), "max_pool2d": (1, 3, 9, 11, 3, 3, 2, 1),
+    "avg_pool2d": (1, 3, 9, 11, 2, 2, 2, 0), "softmax": (7, 37), "layernorm": (7, 37),
+    "transpose": (13, 37), "blur": (11, 37),
+}
+OPS = [op for f in sorted(EXAMPLES.glob("*.py")) for op in load_operators(str(f))]
+
+
+def test_every_operator_has_small_sizes():
+    assert sorted(op.name for op in OPS) == sorted(SMALL)
+
+
+def _run(op, args, s, tensors):
+    from looptune.lang.tensor import PlaceholderOp
+    ins = make_inputs(tensors, 3)
+    inputs = [ins[k] for k in sorted(ins)]
+    outs = [np.full(tuple(t.shape), np.nan, t.dtype) for t in tensors
+            if not isinstance(t.op, PlaceholderOp)]
+    it_in, it_out = iter(inputs), iter(outs)
+    f = lt.build(s, tensors)
+    f(*[next(it_in) if isinstance(t.op, PlaceholderOp) else next(it_out) for t in tensors])
+    want = op.reference_for(args)(*inputs)
+    for got, w in zip(outs, want if isinstance(want, tuple) else (want,)):
+        np.testing.assert_allclose(got, w, rtol=2e-4, atol=2e-4)
+
+
+@pytest.mark.parametrize("op", OPS, ids=lambda op: op.name)
+def test_hand_schedule_template_fallback_and_sampled_configs(op):
+    args = SMALL[op.name]
+    _run(op, args, *op.hand_schedule(*args))
+    _run(op, args, *op.template.func(FallbackConfig(), *args))
+    task = lt.search.create_task(op.name, args)
+    for cfg in task.config_space.sample(min(3, len(task.config_space)), 7):
+        try:
+            s, tensors = task.instantiate(cfg)
+        except lt.ScheduleError:
+            continue
+        _run(op, args, s, tensors)
