@@ -27,13 +27,8 @@ from ..schedule.stmt import Buffer, For, ForKind, StmtVisitor
 STACK_LIMIT = 8 * 1024   # bytes; larger or symbolic buffers go to the heap (big stack arrays
 # next to a register tile keep gcc from promoting the tile to registers: 4x slower)
 
-PRELUDE = r"""#include <stdint.h>
-#include <stdbool.h>
-#include <stdlib.h>
-#include <stdio.h>
-#include <math.h>
-
-static inline int64_t lt_floordiv(int64_t a, int64_t b) {
+# floor division and modulo with Python's semantics (shared with the OpenCL prelude)
+FLOOR_HELPERS = r"""static inline int64_t lt_floordiv(int64_t a, int64_t b) {
   int64_t q = a / b;
   return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
@@ -41,7 +36,15 @@ static inline int64_t lt_floormod(int64_t a, int64_t b) {
   int64_t r = a % b;
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
-static inline void *lt_alloc(size_t bytes) {
+"""
+
+PRELUDE = r"""#include <stdint.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <math.h>
+
+""" + FLOOR_HELPERS + r"""static inline void *lt_alloc(size_t bytes) {
   void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
   if (!p) { fprintf(stderr, "looptune: out of memory allocating %zu bytes\n", bytes); abort(); }
   return p;

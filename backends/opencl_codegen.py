@@ -41,7 +41,7 @@ from ..lang.tensor import PlaceholderOp
 from ..lang.visitor import ExprVisitor, collect_vars
 from ..schedule.lower import LoweredFunc
 from ..schedule.stmt import Allocate, Buffer, For, ForKind, Seq, Stmt, StmtVisitor, Store
-from .c_codegen import CCodegen, _CExpr, _dim, _minmax_helpers, c_name
+from .c_codegen import FLOOR_HELPERS, CCodegen, _CExpr, _dim, _minmax_helpers, c_name
 from .opencl_barriers import insert_barriers
 
 log = logging.getLogger("looptune.backends.opencl")
@@ -57,15 +57,7 @@ typedef uint uint32_t;
 typedef long int64_t;
 typedef ulong uint64_t;
 
-static inline int64_t lt_floordiv(int64_t a, int64_t b) {
-  int64_t q = a / b;
-  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
-}
-static inline int64_t lt_floormod(int64_t a, int64_t b) {
-  int64_t r = a % b;
-  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
-}
-"""
+""" + FLOOR_HELPERS
 
 # OpenCL C keywords, types and the builtins generated code calls: never used as names
 _CL_RESERVED = frozenset({
