@@ -118,8 +118,8 @@ def summarise_tuning(op: Operator, args: tuple, target: str, log: Path) -> str:
     return "\n".join([
         f"best config #{rec.index}: {knobs}",
         f"  tuned     {t * 1e3:9.3f} ms{gf}",
-        f"  fallback  {tf * 1e3:9.3f} ms   -> tuned is {tf / t:.2f}x faster",
-        f"  numpy     {tn * 1e3:9.3f} ms   -> tuned is {tn / t:.2f}x faster",
+        f"  fallback  {tf * 1e3:9.3f} ms   -> speedup of tuned: {tf / t:.2f}x",
+        f"  numpy     {tn * 1e3:9.3f} ms   -> speedup of tuned: {tn / t:.2f}x",
     ])
 
 

@@ -17,9 +17,11 @@ with lt.search.apply_history_best("mm.jsonl"):
 from .callbacks import LogToFile, ProgressBar, log_to_file, progress_bar
 from .flops import count_flop
 from .ga_tuner import GATuner
+from .gbt_tuner import GBTTuner
 from .log import (ApplyHistoryBest, LogWriter, Record, apply_history_best, load_best,
                   load_records)
 from .measure import ErrorKind, MeasureOption, Measurer, MeasureResult, measure_configs
+from .optuna_tuner import OptunaTuner
 from .sa_tuner import SATuner
 from .space import ConfigEntity, ConfigSpace, FallbackConfig
 from .task import Task, create_task
@@ -28,7 +30,7 @@ from .tuner import Tuner, TuningError
 from .tuners import GridTuner, RandomTuner
 from .workers import worker_role
 
-__all__ = ["LogToFile", "ProgressBar", "log_to_file", "progress_bar", "count_flop", "GATuner",
+__all__ = ["LogToFile", "ProgressBar", "log_to_file", "progress_bar", "count_flop", "GATuner", "GBTTuner", "OptunaTuner",
            "ApplyHistoryBest", "LogWriter", "Record", "apply_history_best", "load_best",
            "load_records", "ErrorKind", "MeasureOption", "Measurer", "MeasureResult",
            "measure_configs", "SATuner", "ConfigEntity", "ConfigSpace", "FallbackConfig",

@@ -189,7 +189,7 @@ def _shape(buf: Buffer) -> list[int]:
 class _Stmt:
     """One statement group: the first store of its group, its loops, and its copies."""
 
-    __slots__ = ("store", "loops", "lets", "guards", "alloc_live", "copies", "ops")
+    __slots__ = ("alloc_live", "copies", "guards", "lets", "loops", "ops", "store")
 
     def __init__(self, store, loops, lets, guards, alloc_live):
         self.store, self.loops, self.lets = store, loops, lets
@@ -338,7 +338,8 @@ def _stmt_row(st: _Stmt) -> list[float]:
                      for ld in ops.loads)
     row = [float(len(loops)), _log(iters), float(st.copies),
            _log(iters * st.copies * ops.fops), float(ops.fops), float(ops.iops),
-           float(ops.calls), float(vec_len), vec_inner, _log(par), float(par_depth),
+           float(ops.calls), float(vec_len), vec_inner, _log(par) if par_depth >= 0 else 0.0,
+           float(par_depth),
            _log(iters * st.copies / par), _log(unroll_left), float(st.guards),
            float(accumulate), _log(st.alloc_live), float(store.buffer.scope != "global")]
     for lv in range(N_LEVELS):

@@ -16,8 +16,9 @@ several tasks. The loop:
    neighbouring configs (one knob changed) from the best measured and best predicted configs,
    with a temperature falling over ``sa_steps`` steps, and computes the features of at most
    ``explore`` new configs (lowering is what costs: a few to a few tens of ms per config);
-   ``explore // 4`` random configs are scored as well. Every scored, never-measured config
-   joins a pool that the current model re-ranks each batch;
+   ``random_share`` of that budget goes to random configs, for a global view of the space.
+   Every scored, never-measured config joins a pool that the current model re-ranks each
+   batch;
 4. the batch is the pool's best predictions; each slot is instead a random config with
    probability ``eps``. No config is measured twice.
 
@@ -60,8 +61,16 @@ def _targets(fit: np.ndarray, objective: str) -> np.ndarray:
         y[ok] = np.log(fit[ok]) - np.log(fit[ok].max())
         y[~ok] = y[ok].min() - 1.0
         return y
-    order = np.argsort(np.argsort(fit, kind="stable"), kind="stable")   # 0 = worst
-    return order / max(1, len(fit) - 1)
+    from scipy.stats import rankdata  # a scikit-learn dependency
+    return (rankdata(fit, method="average") - 1.0) / max(1, len(fit) - 1)   # ties share
+
+
+def _one_thread():
+    """OpenMP limited to one thread for the model: on a few hundred rows threads only add
+    overhead, and on a machine whose cores are busy measuring (or shared) scikit-learn's
+    OpenMP loops slow down 10-100x from spinning threads."""
+    from threadpoolctl import threadpool_limits
+    return threadpool_limits(limits=1, user_api="openmp")
 
 
 def _concordance(pred: Sequence[float], y: Sequence[float]) -> float:
@@ -78,22 +87,25 @@ class GBTTuner(Tuner):
     annealing over the model, an ``eps`` share of random configs, optional transfer."""
 
     def __init__(self, task: Task, seed: int | None = None, objective: str = "rank",
-                 n_init: int = 12, eps: float = 0.1, explore: int = 48, n_chains: int = 8,
-                 sa_steps: int = 12, transfer_logs: Sequence | None = None,
+                 n_init: int = 12, eps: float = 0.1, explore: int = 32, n_chains: int = 8,
+                 sa_steps: int = 12, random_share: float = 0.25,
+                 transfer_logs: Sequence | None = None,
                  max_transfer: int = 400, window: int = 40, model_params: dict | None = None):
         super().__init__(task, seed)
         if objective not in OBJECTIVES:
             raise LooptuneError(f"GBTTuner: objective must be one of {', '.join(OBJECTIVES)}; "
                                 f"got {objective!r}")
-        if not 0.0 <= eps <= 1.0 or n_init < 1 or explore < 1 or n_chains < 1:
-            raise LooptuneError("GBTTuner: need 0 <= eps <= 1, n_init >= 1, explore >= 1 and "
-                                "n_chains >= 1")
+        if not 0.0 <= eps <= 1.0 or not 0.0 <= random_share <= 1.0 or n_init < 1 \
+                or explore < 1 or n_chains < 1:
+            raise LooptuneError("GBTTuner: need 0 <= eps <= 1, 0 <= random_share <= 1, "
+                                "n_init >= 1, explore >= 1 and n_chains >= 1")
+        self.random_share = random_share
         self.objective, self.n_init, self.eps = objective, n_init, eps
         self.explore, self.n_chains, self.sa_steps = explore, n_chains, sa_steps
         self.window = window
-        self.model_params = dict(max_iter=120, learning_rate=0.1, max_leaf_nodes=15,
-                                 min_samples_leaf=3, l2_regularization=1.0,
-                                 early_stopping=False)
+        self.model_params = {"max_iter": 120, "learning_rate": 0.1, "max_leaf_nodes": 15,
+                             "min_samples_leaf": 3, "l2_regularization": 1.0,
+                             "early_stopping": False}
         self.model_params.update(model_params or {})
         self._feat: dict[int, np.ndarray | None] = {}
         self._fit: dict[int, float] = {}                # measured index -> fitness
@@ -114,7 +126,12 @@ class GBTTuner(Tuner):
     def features(self, index: int) -> np.ndarray | None:
         """The loop-nest features of config ``index`` (cached); None for an invalid config."""
         if index not in self._feat:
-            self._feat[index] = config_features(self.task, self.space.get(index))
+            try:
+                self._feat[index] = config_features(self.task, self.space.get(index))
+            except Exception as e:  # noqa: BLE001 - a template bug: measuring records it
+                log.debug("GBTTuner: config %d of %s: the template raised %s: %s", index,
+                          self.task.key, type(e).__name__, e)
+                self._feat[index] = None
         return self._feat[index]
 
     # ---- proposing ---------------------------------------------------------------------------
@@ -152,12 +169,13 @@ class GBTTuner(Tuner):
     def _predict(self, indices: Sequence[int], model=None) -> np.ndarray:
         model = model or self.model
         x = np.stack([self._feat[i] for i in indices])
-        return model.predict(x)
+        with _one_thread():
+            return model.predict(x)
 
     def _explore(self) -> None:
         """Simulated annealing over the model; scored new configs join the pool."""
         budget = self.explore
-        for _ in range(max(1, self.explore // 4)):          # a global view: random configs
+        for _ in range(round(self.explore * self.random_share)):   # a global view: random
             i = self._random_unvisited()
             if i is not None and i not in self._feat:
                 budget -= 1
@@ -263,6 +281,10 @@ class GBTTuner(Tuner):
         return HistGradientBoostingRegressor(random_state=self.seed or 0, **self.model_params)
 
     def _retrain(self) -> None:
+        with _one_thread():
+            self._fit_models()
+
+    def _fit_models(self) -> None:
         x, y = self._training_set()
         n_ok = sum(1 for i in self._fit if self._fit[i] > 0)
         self._models = {}

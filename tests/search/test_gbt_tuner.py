@@ -1,0 +1,156 @@
+"""GBTTuner: reproducible, never re-measures, beats random search on a learnable cost, learns
+through failures, transfers from other tasks' logs, and writes logs apply_history_best reads."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import looptune as lt
+from looptune.errors import LooptuneError
+from looptune.search import (MeasureOption, RandomTuner, apply_history_best, create_task,
+                             load_records, log_to_file)
+from looptune.search.gbt_tuner import GBTTuner, _concordance, _targets
+
+OPT = MeasureOption(n_parallel=4)
+
+
+@pytest.fixture(scope="module")
+def task():
+    return create_task("test_matmul", (16, 16, 16))        # 3000 configs
+
+
+def _bowl(task, fail_every: int | None = None):
+    """A smooth cost over knob indices, best at one corner; some configs fail if asked."""
+    sp = task.config_space
+    target = [d - 1 for d in sp.dims]
+
+    def cost(index):
+        if fail_every and index % fail_every == 0:
+            return None
+        v = sp.vector(index)
+        return 1e-4 * (1.0 + sum((a - b) ** 2 for a, b in zip(v, target)))
+    return cost
+
+
+def test_targets_and_concordance():
+    fit = np.array([2.0, 0.0, 8.0, 4.0])
+    assert list(_targets(fit, "rank")) == pytest.approx([1 / 3, 0.0, 1.0, 2 / 3])
+    assert list(_targets([0.0, 5.0, 0.0], "rank")) == pytest.approx([0.25, 1.0, 0.25])
+    log = _targets(fit, "log")
+    assert log[2] == 0.0 and log[0] == pytest.approx(np.log(2 / 8)) and log[1] < log[0]
+    assert _concordance([1, 2, 3], [10, 20, 30]) == 1.0
+    assert _concordance([3, 2, 1], [10, 20, 30]) == 0.0
+
+
+def test_same_seed_same_proposals_never_twice(task, fake_measure):
+    def run(seed):
+        t = GBTTuner(task, seed=seed, explore=16)
+        fm = fake_measure(t, _bowl(task))
+        t.tune(28, OPT)
+        return fm.measured, t
+    a, ta = run(5)
+    b, _ = run(5)
+    assert a == b and len(a) == 28 and len(set(a)) == 28
+    assert run(6)[0] != a
+    assert ta.model is not None                       # the model proposed the later batches
+
+
+def _nest_cost(task):
+    """A cost made of loop-nest properties: register tile sizes, vectorizing, parallelism
+    and which loop is innermost; 2 of the 3000 configs are best."""
+    sp = task.config_space
+
+    def cost(index):
+        c = sp.get(index)
+        ii, ji, ki = c["tile_i"].size[1], c["tile_j"].size[1], c["tile_k"].size[1]
+        pen = abs(math.log2(ji) - 3) + abs(math.log2(ii) - 2) + abs(math.log2(ki) - 1)
+        pen += 3 * (c["ann"].anns[-1] != "vec") + 2 * (not c["parallel"].val)
+        pen += c["order"].perm[-1] != 1
+        return 1e-4 * (1.0 + pen)
+    return cost
+
+
+def test_beats_random_search_on_a_learnable_cost(task, fake_measure):
+    cost = _nest_cost(task)
+    best = {}
+    for cls, kw in ((RandomTuner, {}), (GBTTuner, {"explore": 16})):
+        runs = []
+        for seed in (0, 1):
+            t = cls(task, seed=seed, **kw)
+            fake_measure(t, cost)
+            runs.append(t.tune(40, OPT).cost)
+        best[cls.__name__] = np.mean(runs)
+    assert best["GBTTuner"] < 0.75 * best["RandomTuner"]
+
+
+def test_failed_candidates_are_learnt_from_not_fatal(task, fake_measure):
+    t = GBTTuner(task, seed=3, objective="log", explore=12)
+    fm = fake_measure(t, _bowl(task, fail_every=3))
+    best = t.tune(24, OPT)
+    assert len(set(fm.measured)) == 24 and best.ok
+    assert any(f == 0.0 for f in t._fit.values())      # failures are in the training data
+
+
+def test_configs_whose_template_raises_are_measured_not_fatal(fake_measure):
+    small = create_task("test_faulty", (8,))                # 16 configs, 2 raise in-process
+    t = GBTTuner(small, seed=0, n_init=4, explore=8)
+    fm = fake_measure(t, lambda i: 1e-3 + i * 1e-6)
+    best = t.tune(100, MeasureOption(n_parallel=2))
+    assert sorted(fm.measured) == list(range(16)) and best.config.index == 0
+    raising = [i for i in range(16) if small.config_space.get(i)["mode"].val == "raise"]
+    assert raising and all(t.features(i) is None for i in raising)
+
+
+def test_bad_arguments():
+    task = create_task("test_matmul", (8, 8, 8))
+    with pytest.raises(LooptuneError, match="objective"):
+        GBTTuner(task, objective="pairwise")
+    with pytest.raises(LooptuneError, match="eps"):
+        GBTTuner(task, eps=2.0)
+
+
+def test_transfer_warm_starts_from_another_task(task, fake_measure, tmp_path):
+    other = create_task("test_matmul", (8, 16, 16))
+    src = tmp_path / "other.jsonl"
+    t0 = RandomTuner(other, seed=0)
+    fake_measure(t0, _bowl(other))
+    t0.tune(30, OPT, callbacks=[log_to_file(src)])
+    t = GBTTuner(task, seed=0, transfer_logs=[src], explore=12)
+    assert t.model is not None and t.active == "transfer"     # before any measurement
+    assert len(t._src_y) == 30
+    fm = fake_measure(t, _bowl(task))
+    t.tune(28, OPT)
+    assert len(set(fm.measured)) == 28
+    assert set(t._models) == {"transfer", "target"}             # both kept once data exists
+    assert t.active in ("transfer", "target") and len(t._scored) > 0
+
+
+def test_transfer_ignores_records_of_the_same_task(task, fake_measure, tmp_path):
+    log = tmp_path / "same.jsonl"
+    t0 = RandomTuner(task, seed=0)
+    fake_measure(t0, _bowl(task))
+    t0.tune(8, OPT, callbacks=[log_to_file(log)])
+    t = GBTTuner(task, seed=0, transfer_logs=[log])
+    assert t.model is None and len(t._src_y) == 0
+
+
+def test_real_measurement_log_works_with_apply_history_best(tmp_path):
+    from helpers_templates import tmatmul
+    task = create_task("test_matmul", (16, 16, 16))
+    log = tmp_path / "gbt.jsonl"
+    t = GBTTuner(task, seed=0, n_init=4, explore=8)
+    best = t.tune(8, MeasureOption(n_parallel=2, number=1, repeat=1),
+                  callbacks=[log_to_file(log)])
+    recs = load_records(log, task)
+    assert len(recs) == 8 and len({r.index for r in recs}) == 8
+    assert t.model is not None
+    with apply_history_best(log) as ctx:
+        s, args = tmatmul(16, 16, 16)
+    assert ctx.applied[-1][1].index == best.config.index
+    f = lt.build(s, args)
+    a, b = (np.random.default_rng(0).random((16, 16), dtype=np.float32) for _ in range(2))
+    c = np.empty((16, 16), np.float32)
+    f(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)

@@ -1,0 +1,307 @@
+"""OptunaTuner: knob distributions, samplers and seeds, failed trials, no re-measuring, logs for
+apply_history_best, resume, and workers sharing one study through a JournalStorage (and a real
+PostgreSQL when one can be started here)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+import numpy as np
+import pytest
+
+optuna = pytest.importorskip("optuna")
+
+import looptune as lt
+from looptune.errors import LooptuneError
+from looptune.search import (MeasureOption, apply_history_best, create_task,
+                             load_records, log_to_file)
+from looptune.search.optuna_tuner import OptunaTuner, default_study_name
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OPT = MeasureOption(n_parallel=4)
+TS = optuna.trial.TrialState
+D = optuna.distributions
+
+
+@pytest.fixture(scope="module")
+def task():
+    return create_task("test_matmul", (16, 16, 16))        # 3000 configs
+
+
+def _cost(task, fail_every: int | None = None):
+    sp = task.config_space
+    target = [d - 1 for d in sp.dims]
+
+    def cost(index):
+        if fail_every and index % fail_every == 0:
+            return None
+        return 1e-4 * (1.0 + sum((a - b) ** 2 for a, b in zip(sp.vector(index), target)))
+    return cost
+
+
+def _measured(study) -> list:
+    return [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("measured")]
+
+
+def test_each_knob_maps_to_a_distribution(task):
+    t = OptunaTuner(task, seed=0)
+    d = t._dists
+    assert list(d) == list(task.config_space.knobs)
+    assert d["tile_i"] == D.IntDistribution(0, 4) and d["tile_j"] == D.IntDistribution(0, 4)
+    assert d["order"] == D.CategoricalDistribution(tuple(range(6)))
+    assert isinstance(d["ann"], D.CategoricalDistribution)
+    assert isinstance(d["parallel"], D.CategoricalDistribution)       # booleans: no order
+    for i in (0, 1234, 2999):
+        assert t.index_of_params(t.params_of(i)) == i
+    cm = OptunaTuner(task, sampler="random", seed=0)._dists
+    assert all(isinstance(v, (D.IntDistribution, D.CategoricalDistribution)) for v in cm.values())
+
+
+def test_numeric_knobs_are_ordered_by_value():
+    from looptune.search import template
+
+    @template("test_optuna_ordered")
+    def ordered(cfg, n):
+        cfg.define_knob("unroll", [16, 0, 4])
+        A = lt.placeholder((n,), "float32", name="A")
+        B = lt.compute((n,), lambda i: A[i] * 2.0, name="B")
+        return lt.create_schedule(B), [A, B]
+    tk = create_task("test_optuna_ordered", (8,))
+    t = OptunaTuner(tk, seed=0)
+    assert t._dists["unroll"] == D.IntDistribution(0, 2)
+    # param 0, 1, 2 -> values 0, 4, 16 -> knob indices 1, 2, 0
+    assert [t.index_of_params({"unroll": p}) for p in range(3)] == [1, 2, 0]
+
+
+SAMPLERS = ["tpe", "random", "nsga2", "qmc"] + \
+    (["cmaes"] if importlib.util.find_spec("cmaes") else [])
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_same_seed_same_proposals_never_twice(sampler, task, fake_measure):
+    def run(seed):
+        t = OptunaTuner(task, sampler=sampler, seed=seed)
+        fm = fake_measure(t, _cost(task))
+        t.tune(24, OPT)
+        return fm.measured
+    a = run(1)
+    assert a == run(1) and len(a) == 24 and len(set(a)) == 24
+    assert run(2) != a
+
+
+def test_sampler_instance_and_bad_sampler(task, fake_measure):
+    t = OptunaTuner(task, sampler=optuna.samplers.RandomSampler(seed=3))
+    fake_measure(t, _cost(task))
+    assert t.tune(8, OPT).ok
+    with pytest.raises(LooptuneError, match="unknown sampler"):
+        OptunaTuner(task, sampler="bayes")
+
+
+def test_failed_candidates_become_failed_trials(task, fake_measure):
+    t = OptunaTuner(task, seed=0)
+    fake_measure(t, _cost(task, fail_every=2))
+    t.tune(24, OPT)
+    measured = _measured(t.study)
+    failed = [tr for tr in measured if tr.state is TS.FAIL]
+    assert len(measured) == 24 and failed
+    assert all(tr.user_attrs["error_kind"] == "build_error" for tr in failed)
+    assert all(tr.user_attrs["error_msg"] == "fake failure" for tr in failed)
+    assert all(tr.user_attrs["index"] % 2 == 0 for tr in failed)
+    ok = [tr for tr in measured if tr.state is TS.COMPLETE]
+    assert all(tr.value == pytest.approx(tr.user_attrs["gflops"]) for tr in ok)
+
+
+def test_duplicates_are_told_not_measured(fake_measure):
+    small = create_task("test_faulty", (8,))                # 16 configs
+    t = OptunaTuner(small, seed=0)
+    fm = fake_measure(t, lambda i: 1e-3 + i * 1e-6)
+    best = t.tune(100, MeasureOption(n_parallel=2))
+    assert sorted(fm.measured) == list(range(16)) and best.config.index == 0
+    dups = [tr for tr in t.study.trials if "duplicate_of" in tr.user_attrs]
+    assert dups                                             # TPE repeats itself on 16 configs
+    by_number = {tr.number: tr for tr in t.study.trials}
+    for tr in dups:
+        orig = by_number.get(tr.user_attrs["duplicate_of"])
+        assert orig is None or orig.user_attrs["index"] == tr.user_attrs["index"]
+        if tr.state is TS.COMPLETE:
+            assert tr.value == orig.value
+
+
+def test_real_measurement_log_works_with_apply_history_best(tmp_path):
+    from helpers_templates import tmatmul
+    task = create_task("test_matmul", (16, 16, 16))
+    log = tmp_path / "optuna.jsonl"
+    t = OptunaTuner(task, seed=0)
+    best = t.tune(6, MeasureOption(n_parallel=2, number=1, repeat=1),
+                  callbacks=[log_to_file(log)])
+    recs = load_records(log, task)
+    assert len(recs) == 6
+    assert sorted(r.index for r in recs) == sorted(tr.user_attrs["index"]
+                                                   for tr in _measured(t.study))
+    with apply_history_best(log) as ctx:
+        s, args = tmatmul(16, 16, 16)
+    assert ctx.applied[-1][1].index == best.config.index
+    f = lt.build(s, args)
+    a, b = (np.random.default_rng(1).random((16, 16), dtype=np.float32) for _ in range(2))
+    c = np.empty((16, 16), np.float32)
+    f(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_resume_adds_logged_trials_to_the_study(task, fake_measure, tmp_path):
+    log = tmp_path / "r.jsonl"
+    t1 = OptunaTuner(task, seed=0)
+    fake_measure(t1, _cost(task))
+    t1.tune(8, OPT, callbacks=[log_to_file(log)])
+    t2 = OptunaTuner(task, seed=0)
+    fm = fake_measure(t2, _cost(task))
+    t2.tune(16, OPT, callbacks=[log_to_file(log)], resume=True)
+    first = {r.index for r in load_records(log, task)[:8]}
+    assert len(fm.measured) == 8 and not first & set(fm.measured)
+    from_log = [tr for tr in t2.study.trials if tr.user_attrs.get("source") == "log"]
+    assert {tr.user_attrs["index"] for tr in from_log} == first
+
+
+def test_a_study_of_another_task_is_refused(task, tmp_path):
+    url = f"journal:{tmp_path / 'j.log'}"
+    OptunaTuner(task, storage=url, study_name="s")
+    with pytest.raises(LooptuneError, match="its own study_name"):
+        OptunaTuner(create_task("test_matmul", (8, 8, 8)), storage=url, study_name="s")
+    t = OptunaTuner(task, storage=url)                     # no name: named after the task
+    assert t.study.study_name == default_study_name(task)
+
+
+def test_seeded_worker_is_reproducible_on_a_fresh_storage(task, fake_measure, tmp_path):
+    def run(path):
+        t = OptunaTuner(task, storage=f"journal:{path}", seed=4, worker_id="w1")
+        fm = fake_measure(t, _cost(task))
+        t.tune(12, OPT)
+        return fm.measured
+    assert run(tmp_path / "a.log") == run(tmp_path / "b.log")
+
+
+# ---- several worker processes on one storage --------------------------------------------------
+
+WORKER = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, {here!r})
+    import helpers_templates  # noqa: F401
+    from looptune.search import ErrorKind, MeasureOption, MeasureResult, create_task, log_to_file
+    from looptune.search.optuna_tuner import OptunaTuner
+
+    storage, log, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    task = create_task("test_matmul", (16, 16, 16))
+
+    class Fake:
+        def __enter__(self): return self
+        def __exit__(self, *e): return None
+        def measure(self, configs):
+            for c in configs:
+                time.sleep(0.01)                   # let the two workers interleave
+                if c.index % 3 == 0:
+                    yield MeasureResult(c, [], ErrorKind.BUILD_ERROR, "fake", flop=task.flop)
+                else:
+                    s = 1e-4 * (1 + (c.index % 97))
+                    yield MeasureResult(c, [s, s, s], flop=task.flop)
+
+    t = OptunaTuner(task, storage=storage, study_name="shared", seed=0)
+    t.make_measurer = lambda option: Fake()
+    t.tune(n, MeasureOption(n_parallel=2), callbacks=[log_to_file(log)])
+    print(t.worker_id)
+""")
+
+
+def _two_workers(storage: str, tmp_path, n: int = 20):
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER.format(here=HERE))
+    logs = [tmp_path / f"w{k}.jsonl" for k in range(2)]
+    procs = [subprocess.Popen([sys.executable, str(script), storage, str(log), str(n)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for log in logs]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+    task = create_task("test_matmul", (16, 16, 16))
+    study = OptunaTuner(task, storage=storage, study_name="shared").study
+    measured = _measured(study)
+    indices = [tr.user_attrs["index"] for tr in measured]
+    logged = [r.index for log in logs for r in load_records(log, task)]
+    # nothing lost, nothing measured twice: 2 x n measured trials, n per worker, all distinct,
+    # exactly the configs in the two logs
+    assert len(measured) == 2 * n and len(set(indices)) == 2 * n
+    assert sorted(indices) == sorted(logged)
+    workers = {tr.user_attrs["worker"] for tr in measured}
+    assert workers == {out.strip().splitlines()[-1] for out, _ in outs} and len(workers) == 2
+    for w in workers:
+        assert sum(tr.user_attrs["worker"] == w for tr in measured) == n
+    failed = [tr for tr in measured if tr.state is TS.FAIL]
+    assert failed and all(tr.user_attrs["index"] % 3 == 0 and
+                          tr.user_attrs["error_kind"] == "build_error" for tr in failed)
+    assert not [tr for tr in study.trials if tr.state is TS.RUNNING]
+
+
+def test_two_processes_share_a_journal_storage(tmp_path):
+    _two_workers(f"journal:{tmp_path / 'study.journal'}", tmp_path)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def postgres_url():
+    """A throw-away PostgreSQL server (skips when none can be started here)."""
+    initdb, pg_ctl = shutil.which("initdb"), shutil.which("pg_ctl")
+    if not (initdb and pg_ctl) or importlib.util.find_spec("psycopg2") is None:
+        pytest.skip("needs PostgreSQL's initdb/pg_ctl and psycopg2")
+    prefix: list[str] = []
+    if os.geteuid() == 0:                     # initdb refuses root: run it as 'postgres'
+        try:
+            import pwd
+            pw = pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.skip("running as root without a 'postgres' user")
+        prefix = ["runuser", "-u", "postgres", "--"]
+    root = tempfile.mkdtemp(prefix="lt-pg-")
+    os.chmod(root, 0o755)
+    data, sock = os.path.join(root, "data"), os.path.join(root, "sock")
+    os.mkdir(sock)
+    if prefix:
+        for p in (root, sock):
+            os.chown(p, pw.pw_uid, pw.pw_gid)
+    port = _free_port()
+    run = lambda *a: subprocess.run(prefix + list(a), capture_output=True, text=True,  # noqa
+                                    timeout=120)
+    try:
+        r = run(initdb, "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8")
+        if r.returncode:
+            pytest.skip(f"initdb failed: {r.stderr[-300:]}")
+        r = run(pg_ctl, "-D", data, "-w", "-l", os.path.join(root, "log"), "-o",
+                f"-p {port} -k {sock} -c listen_addresses=''", "start")
+        if r.returncode:
+            pytest.skip(f"PostgreSQL did not start: {r.stderr[-300:]}")
+        yield f"postgresql+psycopg2://postgres@/postgres?host={sock}&port={port}"
+        run(pg_ctl, "-D", data, "-m", "immediate", "stop")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_two_processes_share_a_postgresql_storage(postgres_url, tmp_path):
+    _two_workers(postgres_url, tmp_path, n=12)
+
+
+def test_storage_urls_are_checked(task):
+    with pytest.raises(LooptuneError, match="not a URL"):
+        OptunaTuner(task, storage="study.db")
+    with pytest.raises(LooptuneError, match="file path"):
+        OptunaTuner(task, storage="journal:")
+    assert json.dumps(OptunaTuner(task, seed=0).study.user_attrs["looptune_task"])
