@@ -12,6 +12,7 @@ from ..lang.expr import BinKind, BinOp, Const, Expr, IterKind, IterVar, Load, Re
 from ..lang.simplify import simplify
 from ..lang.tensor import Tensor, compute_op, make_compute
 from ..lang.visitor import ExprMutator, substitute
+from .bound import loop_nest
 from .stage import Split, Stage
 from .steps import Step
 
@@ -155,15 +156,12 @@ def rfactor(s: Schedule, t: Tensor, loop: IterVar) -> Tensor:
 
 
 def _reduce_values(st: Stage) -> tuple[dict[Var, Expr], list[Expr]]:
-    """Original reduce variables in terms of the reduce leaves, and the tail guards."""
-    val: dict[IterVar, Expr] = {v: v.var for v in st.leaf_iter_vars}
-    guards: list[Expr] = []
-    for rel in reversed(st.relations):
-        val[rel.parent] = val[rel.outer] * rel.inner.extent + val[rel.inner]
-        covered = simplify(rel.outer.extent * rel.inner.extent - rel.parent.extent)
-        if not (isinstance(covered, Const) and covered.value == 0):
-            guards.append(val[rel.parent] < rel.parent.extent)
-    return {r.var: val[r] for r in st.op.reduce_axis}, guards
+    """Original reduce variables (their domain minimum included) in terms of the reduce
+    leaves, and the tail guards: the loop nest of the stage over its whole domain."""
+    region = [(Const(0, "int32"), a.extent) for a in st.op.axis] + \
+        [(r.min, r.extent) for r in st.op.reduce_axis]
+    nest = loop_nest(st, region, {})
+    return {r.var: nest.values[r.var] for r in st.op.reduce_axis}, nest.guards
 
 
 def _axes_of(t: Tensor) -> tuple[IterVar, ...]:

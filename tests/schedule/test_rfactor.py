@@ -85,3 +85,17 @@ def test_rfactor_of_a_non_reduction_is_refused():
     s = lt.create_schedule(Y)
     with pytest.raises(lt.ScheduleError, match="'Y' is not a reduction"):
         s.rfactor(Y, s[Y].op.axis[0])
+
+
+def test_rfactor_keeps_the_reduction_domain_minimum():
+    # was: rfactor dropped the lower bound of lt.reduce_axis((lo, hi)) and summed from 0
+    X = lt.placeholder((20,), "float64", name="X")
+    r = lt.reduce_axis((3, 20), name="r")
+    S = lt.compute((1,), lambda i: lt.sum(X[r], axis=r), name="S")
+    s = lt.create_schedule(S)
+    ro, ri = s[S].split(s[S].op.reduce_axis[0], factor=4)
+    s.rfactor(S, ri)
+    x = np.arange(20.0)
+    out = np.zeros(1)
+    lt.build(s, [X, S])(x, out)
+    assert out[0] == x[3:].sum()
