@@ -21,7 +21,8 @@ MIN_REPEAT_MS = 50.0
 SETTLE_S = 0.3
 
 
-def _arrays(tensors, seed: int = 0):
+def make_arrays(tensors, seed: int = 0):
+    """(inputs, outputs, call arguments in the order of ``tensors``) from a fixed seed."""
     from .lang.tensor import PlaceholderOp
     from .search.jobs import make_inputs
     ins = make_inputs(tensors, seed)
@@ -54,7 +55,7 @@ def time_op(op: Operator, args_: tuple, s, tensors, target: str,
     from .backends.module import time_callable
     from .search import count_flop
     f = lt.build(s, tensors, target=target, name=op.c_name)
-    inputs, outputs, args = _arrays(tensors)
+    inputs, outputs, args = make_arrays(tensors)
     reference = op.reference_for(args_)
     _check(op, reference, f, inputs, outputs, args)
     # OpenBLAS's and OpenMP's worker threads spin for a while after a call; on a small

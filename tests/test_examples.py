@@ -9,7 +9,7 @@ import pytest
 
 import looptune as lt
 from looptune.operators import load_operators
-from looptune.search.jobs import make_inputs
+from looptune.report import make_arrays
 from looptune.search.space import FallbackConfig
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -29,14 +29,10 @@ def test_every_operator_has_small_sizes():
 
 
 def _run(op, args, s, tensors):
-    from looptune.lang.tensor import PlaceholderOp
-    ins = make_inputs(tensors, 3)
-    inputs = [ins[k] for k in sorted(ins)]
-    outs = [np.full(tuple(t.shape), np.nan, t.dtype) for t in tensors
-            if not isinstance(t.op, PlaceholderOp)]
-    it_in, it_out = iter(inputs), iter(outs)
-    f = lt.build(s, tensors)
-    f(*[next(it_in) if isinstance(t.op, PlaceholderOp) else next(it_out) for t in tensors])
+    inputs, outs, call_args = make_arrays(tensors, 3)
+    for o in outs:
+        o.fill(np.nan)
+    lt.build(s, tensors)(*call_args)
     want = op.reference_for(args)(*inputs)
     for got, w in zip(outs, want if isinstance(want, tuple) else (want,)):
         np.testing.assert_allclose(got, w, rtol=2e-4, atol=2e-4)
