@@ -98,9 +98,8 @@ class _Unroll(StmtMutator):
         body = self.visit(s.body)
         if s.kind is ForKind.UNROLLED and isinstance(s.extent, Const) and \
                 isinstance(s.min, Const) and s.extent.value <= MAX_UNROLL:
-            return simplify_stmt(seq(*(substitute_stmt(body, {s.var: Const(s.min.value + k,
-                                                                                "int32")})
-                                       for k in range(s.extent.value))))
+            return seq(*(substitute_stmt(body, {s.var: Const(s.min.value + k, "int32")})
+                         for k in range(s.extent.value)))
         return s if body is s.body else For(s.var, s.min, s.extent, s.kind, body, s.tag)
 
 

@@ -42,6 +42,7 @@ from ..lang import dtype as dt
 from ..lang.expr import BinKind, Const, Expr, Var
 from ..lang.simplify import const_bound
 from ..lang.visitor import ExprVisitor
+from ..schedule.passes import MAX_UNROLL
 from ..schedule.stmt import Buffer, For, ForKind, Stmt, StmtVisitor, Store
 
 N_LEVELS = 6        # loop levels described per statement (innermost first)
@@ -219,8 +220,19 @@ class _Walk(StmtVisitor):
         self.groups: dict[tuple, _Stmt] = {}
         self.n_stores = 0
         self.ranges: dict[Var, tuple[int, int]] = {}
+        self.copies = 1          # product of the enclosing loops that unrolling copies
 
     def visit_For(self, s: For):
+        if s.kind is ForKind.UNROLLED and isinstance(s.extent, Const) and \
+                isinstance(s.min, Const) and 0 < s.extent.value <= MAX_UNROLL:
+            # what unroll_loops turns into copies of the body (lowering with unroll=False
+            # leaves the loop): counted as copies, as in the unrolled nest
+            self.ranges[s.var] = (s.min.value, s.min.value + s.extent.value - 1)
+            outer = self.copies
+            self.copies *= s.extent.value
+            self.visit(s.body)
+            self.copies = outer
+            return
         ext = self._extent(s.extent)
         self.loops.append((s.var, ext, s.kind))
         self.ranges[s.var] = (0, max(0, ext - 1))
@@ -254,13 +266,14 @@ class _Walk(StmtVisitor):
         del self.lets[s.var]
 
     def visit_Store(self, s: Store):
-        self.n_stores += 1
+        self.n_stores += self.copies
         key = (s.buffer.uid, tuple(v.uid for v, _, _ in self.loops))
         g = self.groups.get(key)
         if g is not None:
-            g.copies += 1
+            g.copies += self.copies
             return
         g = _Stmt(s, tuple(self.loops), dict(self.lets), self.guards, self.alloc_live)
+        g.copies = self.copies
         g.ops = _Ops()
         g.ops.visit(s.value)
         for i in s.indices:
@@ -393,7 +406,7 @@ def config_features(task, config) -> np.ndarray | None:
     from ..schedule.lower import lower
     try:
         s, tensors = task.instantiate(config)
-        func = lower(s, tensors)
+        func = lower(s, tensors, unroll=False)     # the walk counts unrolled copies itself
     except LooptuneError:
         return None
     return loop_nest_features(func)

@@ -27,8 +27,10 @@ templates must be registered, i.e. imported) to the training data, each task's t
 normalised on its own (records of this task are left to ``tune(resume=...)``). Two models are
 then kept once this task has ``n_init`` measurements: with and without the transferred data.
 Both predict every proposed config before it is measured; the model whose predictions have
-ordered the last ``window`` measured configs better (Kendall concordance) proposes the next
-batch, so transferred data that misleads on this task is dropped from the search.
+ordered the last ``window`` measured configs better (Kendall concordance) guides the
+annealing, and the two models' picks alternate in each batch, that model's first. So the
+target-only model (the whole search without transfer) keeps at least half of every batch,
+and transferred data that misleads on this task loses the lead.
 """
 from __future__ import annotations
 
@@ -146,8 +148,14 @@ class GBTTuner(Tuner):
         out: list[int] = []
         if self.model is not None:
             self._explore()
-            ranked = self._ranked_pool()
-            for _ in range(n):
+            # with two models, their picks alternate, the active model's first: transferred
+            # data can then at worst halve the share of the target-only model's picks
+            rankings = [self._ranked_pool()] + [
+                self._ranked_pool(m) for m in self._models.values() if m is not self.model]
+            for k in range(n):
+                ranked = rankings[k % len(rankings)]
+                while ranked and ranked[0] in self.visited:
+                    ranked.pop(0)
                 if self.rng.random() < self.eps or not ranked:
                     i = self._random_unvisited()
                 else:
@@ -164,11 +172,11 @@ class GBTTuner(Tuner):
         self._remember_predictions(out)
         return [self.space.get(i) for i in out]
 
-    def _ranked_pool(self) -> list[int]:
+    def _ranked_pool(self, model=None) -> list[int]:
         cands = [i for i in self._pool if i not in self.visited]
         if not cands:
             return []
-        scores = self._predict(cands)
+        scores = self._predict(cands, model)
         order = sorted(range(len(cands)), key=lambda k: (-scores[k], cands[k]))
         return [cands[k] for k in order]
 

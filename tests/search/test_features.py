@@ -155,3 +155,38 @@ def test_extraction_is_fast_on_the_example_matmul():
         times.append(time.perf_counter() - t0)
     # ~0.2 ms on an idle machine; the bound leaves room for a loaded shared one
     assert np.median(times) < 5e-3
+
+
+def test_features_without_ir_unrolling_match_the_unrolled_nest():
+    """config_features lowers with unroll=False (half the time) and counts unrolled loops as
+    copies itself: every feature equals the one of the unrolled nest but two counts that
+    constant folding can lower in the unrolled nest's first copy: integer ops (index
+    arithmetic of the unrolled variable) and guards (a tail guard true for that copy)."""
+    names = feature_names()
+    keep = np.array([not n.endswith((".iops", ".guards")) for n in names])
+    for n_, m_, k_, fi, fj, fk, where in [(10, 24, 16, 4, 8, 4, "ii"), (13, 17, 9, 3, 8, 2, "ki"),
+                                          (8, 64, 32, 2, 16, 8, "both"), (7, 9, 5, 2, 4, 5, "ii")]:
+        A, B, C = _matmul(n_, m_, k_)
+        s = lt.create_schedule(C)
+        CC = s.cache_write(C, "local")
+        i, j = s[C].op.axis
+        io, jo, ii, ji = s[C].tile(i, j, fi, fj)
+        s[C].parallel(io)
+        s[C].vectorize(ji)
+        s[CC].compute_at(s[C], jo)
+        ci, cj = s[CC].op.axis
+        (ck,) = s[CC].op.reduce_axis
+        ko, ki = s[CC].split(ck, factor=fk)
+        s[CC].reorder(ko, ci, ki, cj)
+        s[CC].vectorize(cj)
+        if where in ("ii", "both"):
+            s[CC].unroll(ci)
+        if where in ("ki", "both"):
+            s[CC].unroll(ki)
+        full = loop_nest_features(lt.lower(s, [A, B, C]))
+        fast = loop_nest_features(lt.lower(s, [A, B, C], unroll=False))
+        diff = [(nm, a, b) for nm, a, b, k in zip(names, full, fast, keep)
+                if k and not np.isclose(a, b)]
+        assert not diff, (n_, m_, k_, where, diff)
+        raw = _raw(fast)
+        assert max(raw[f"s{k}.copies"] for k in range(3)) > 1   # unrolled copies counted
