@@ -47,17 +47,19 @@ def canary(dtype):
     return np.iinfo(d).max
 
 
-def guarded(shape, dtype, fill=None) -> tuple[np.ndarray, np.ndarray]:
-    """(buffer, array): a C-contiguous ``array`` inside ``buffer`` with canary margins."""
+def guarded(shape, dtype, fill=None, margin=GUARD) -> tuple[np.ndarray, np.ndarray]:
+    """(buffer, array): a C-contiguous ``array`` inside ``buffer`` with ``margin`` canaries on
+    each side (``margin=0``: an exact-size allocation, for ASan's redzones to border)."""
     n = int(np.prod(shape, dtype=np.int64))
-    buf = np.full(n + 2 * GUARD, canary(dtype), dtype=dtype)
-    arr = buf[GUARD:GUARD + n].reshape(shape)
+    buf = np.full(n + 2 * margin, canary(dtype), dtype=dtype)
+    arr = buf[margin:margin + n].reshape(shape)
     if fill is not None:
         arr[...] = fill
     return buf, arr
 
 
-def _margins_intact(buf: np.ndarray) -> bool:
+def margins_intact(buf: np.ndarray) -> bool:
+    """Whether the canary margins of a ``guarded`` buffer are untouched."""
     want = np.full(GUARD, canary(buf.dtype), dtype=buf.dtype)
     return (np.array_equal(buf[:GUARD], want, equal_nan=buf.dtype.kind == "f")
             and np.array_equal(buf[-GUARD:], want, equal_nan=buf.dtype.kind == "f"))
@@ -86,7 +88,7 @@ def run_check(s, args, inputs: dict, expected: dict, rtol=RTOL, atol=ATOL, f=Non
     f(*arrays)
     ctx = describe(s) if s is not None else ""
     for t, buf, arr in zip(args, bufs, arrays):
-        assert _margins_intact(buf), f"'{t.name}': memory outside the array was written\n{ctx}"
+        assert margins_intact(buf), f"'{t.name}': memory outside the array was written\n{ctx}"
         if t.name in inputs:
             assert np.array_equal(arr, inputs[t.name], equal_nan=True), \
                 f"input '{t.name}' was modified\n{ctx}"
@@ -113,6 +115,7 @@ class Workload:
     make_data: Callable[[np.random.Generator], dict]
     reference: Callable[[dict], dict]
     tol: dict = field(default_factory=lambda: {"rtol": RTOL, "atol": ATOL})
+    params: dict = field(default_factory=dict)  # set by the fuzzer: the builder's arguments
 
     @property
     def args(self) -> list:
@@ -129,19 +132,24 @@ class Workload:
         return run_check(s, self.args, data, self.reference(data), **self.tol)
 
 
-def _w(name, inputs, outputs, others, make_data, reference, **tol) -> Workload:
+def workload(name, inputs, outputs, others, make_data, reference, **tol) -> Workload:
+    """A Workload; ``others`` are its intermediate tensors, ``tol`` overrides rtol/atol."""
     ts = {x.name: x for x in [*inputs, *others, *outputs]}
     return Workload(name, list(inputs), list(outputs), ts, make_data, reference,
                     {"rtol": RTOL, "atol": ATOL, **tol})
 
 
-def matmul(N=37, M=53, K=101) -> Workload:
-    A = lt.placeholder((N, K), "float32", name="A")
-    B = lt.placeholder((K, M), "float32", name="B")
+def matmul(N=37, M=53, K=101, dtype="float32") -> Workload:
+    """C = A @ B; integer dtypes draw inputs from [-8, 8] (exact products)."""
+    A = lt.placeholder((N, K), dtype, name="A")
+    B = lt.placeholder((K, M), dtype, name="B")
     k = lt.reduce_axis(K, name="k")
     C = lt.compute((N, M), lambda i, j: lt.sum(A[i, k] * B[k, j], axis=k), name="C")
-    return _w("matmul", [A, B], [C], [], lambda r: {"A": rand(r, (N, K)), "B": rand(r, (K, M))},
-              lambda d: {"C": d["A"].astype(np.float64) @ d["B"]})
+    lo, hi = (-8, 8) if np.dtype(dtype).kind in "iu" else (-1.0, 1.0)
+    return workload("matmul", [A, B], [C], [],
+                    lambda r: {"A": rand(r, (N, K), dtype, lo, hi),
+                               "B": rand(r, (K, M), dtype, lo, hi)},
+                    lambda d: {"C": d["A"].astype(np.float64) @ d["B"].astype(np.float64)})
 
 
 def matmul_scaled(N=37, M=53, K=29) -> Workload:
@@ -151,9 +159,9 @@ def matmul_scaled(N=37, M=53, K=29) -> Workload:
     P = lt.compute((N, K), lambda i, k: A[i, k] * 2.0 + 1.0, name="P")
     k = lt.reduce_axis(K, name="k")
     C = lt.compute((N, M), lambda i, j: lt.sum(P[i, k] * B[k, j], axis=k), name="C")
-    return _w("matmul_scaled", [A, B], [C], [P],
-              lambda r: {"A": rand(r, (N, K)), "B": rand(r, (K, M))},
-              lambda d: {"C": (2.0 * d["A"].astype(np.float64) + 1.0) @ d["B"]})
+    return workload("matmul_scaled", [A, B], [C], [P],
+                    lambda r: {"A": rand(r, (N, K)), "B": rand(r, (K, M))},
+                    lambda d: {"C": (2.0 * d["A"].astype(np.float64) + 1.0) @ d["B"]})
 
 
 def chain(N=37, M=53) -> Workload:
@@ -167,8 +175,8 @@ def chain(N=37, M=53) -> Workload:
     def ref(d):
         a = d["A"].astype(np.float64)
         return {"D": np.exp((a * 2.0 + d["bias"]) * 0.25) - a}
-    return _w("chain", [A, bias], [D], [B1, B2],
-              lambda r: {"A": rand(r, (N, M)), "bias": rand(r, (M,))}, ref)
+    return workload("chain", [A, bias], [D], [B1, B2],
+                    lambda r: {"A": rand(r, (N, M)), "bias": rand(r, (M,))}, ref)
 
 
 def blur(H=37, W=53) -> Workload:
@@ -183,7 +191,7 @@ def blur(H=37, W=53) -> Workload:
         i = d["I"].astype(np.float64)
         x = (i[:, :-2] + i[:, 1:-1] + i[:, 2:]) / 3.0
         return {"blur_y": (x[:-2] + x[1:-1] + x[2:]) / 3.0}
-    return _w("blur", [In], [by], [bx], lambda r: {"I": rand(r, (H + 2, W + 2))}, ref)
+    return workload("blur", [In], [by], [bx], lambda r: {"I": rand(r, (H + 2, W + 2))}, ref)
 
 
 def softmax(N=37, M=53) -> Workload:
@@ -200,8 +208,8 @@ def softmax(N=37, M=53) -> Workload:
         x = d["X"].astype(np.float64)
         e = np.exp(x - x.max(axis=1, keepdims=True))
         return {"softmax": e / e.sum(axis=1, keepdims=True)}
-    return _w("softmax", [X], [out], [mx, ex, sm],
-              lambda r: {"X": rand(r, (N, M), lo=-5.0, hi=5.0)}, ref)
+    return workload("softmax", [X], [out], [mx, ex, sm],
+                    lambda r: {"X": rand(r, (N, M), lo=-5.0, hi=5.0)}, ref)
 
 
 def conv2d(N=2, C=3, H=17, W=19, F=5, R=3, stride=2, pad=1) -> Workload:
@@ -228,8 +236,8 @@ def conv2d(N=2, C=3, H=17, W=19, F=5, R=3, stride=2, pad=1) -> Workload:
                 win = xp[:, :, a:a + stride * Ho:stride, b:b + stride * Wo:stride]
                 out += np.einsum("nchw,fc->nfhw", win, d["Wt"][:, :, a, b].astype(np.float64))
         return {"conv": out}
-    return _w("conv2d", [X, Wt], [Y], [Xp],
-              lambda r: {"X": rand(r, (N, C, H, W)), "Wt": rand(r, (F, C, R, R))}, ref)
+    return workload("conv2d", [X, Wt], [Y], [Xp],
+                    lambda r: {"X": rand(r, (N, C, H, W)), "Wt": rand(r, (F, C, R, R))}, ref)
 
 
 # ---- integer expressions: a reference evaluator and a random generator ----------------------
