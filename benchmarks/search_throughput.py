@@ -2,7 +2,8 @@
 
     python benchmarks/search_throughput.py [--n 512] [--trials 200] [--tuners ga,random]
 
-For each tuner: best GFLOP/s, the trial at which 95% of that best was first reached, and
+The space is search_efficiency.py's sgemm template (three-level tiles, optional packing of
+B, the parallel loop as a knob). For each tuner: best GFLOP/s, the trial at which 95% of that best was first reached, and
 candidates measured per minute (wall clock, workers' start-up included), with the 1-minute
 load average before and after (other work on the machine makes timings noisy). Logs go to
 --out.
@@ -14,48 +15,17 @@ import json
 import os
 import time
 
-import looptune as lt
-from looptune.search import (GATuner, MeasureOption, Measurer, RandomTuner, create_task,
-                             load_records, log_to_file, progress_bar, template)
-
-
-@template("bench_matmul")
-def bench_matmul(cfg, N, M, K):
-    """C = A @ B: tile i/j (register tile accumulated in a local buffer or in C), split k,
-    order the tile loops, vectorize the innermost, unroll a tile loop, parallel rows."""
-    A = lt.placeholder((N, K), "float32", name="A")
-    B = lt.placeholder((K, M), "float32", name="B")
-    k = lt.reduce_axis(K, name="k")
-    C = lt.compute((N, M), lambda i, j: lt.sum(A[i, k] * B[k, j], axis=k), name="C")
-    s = lt.create_schedule(C)
-    cfg.define_knob("cache", [False, True])
-    CC = s.cache_write(C, "local") if cfg["cache"].val else C
-    i, j = s[C].op.axis
-    cfg.define_split("tile_i", i, num_outputs=2, max_factor=32)
-    cfg.define_split("tile_j", j, num_outputs=2, policy="power2", max_factor=64)
-    io, ii = cfg["tile_i"].apply(s, C, i)
-    jo, ji = cfg["tile_j"].apply(s, C, j)
-    s[C].reorder(io, jo, ii, ji)
-    if CC is not C:
-        s[CC].compute_at(s[C], jo)
-        ci, cj = s[CC].op.axis
-        s[C].vectorize(ji)
-    else:
-        ci, cj = ii, ji
-    (ck,) = s[CC].op.reduce_axis
-    cfg.define_split("tile_k", ck, num_outputs=2, max_factor=64)
-    ko, ki = cfg["tile_k"].apply(s, CC, ck)
-    cfg.define_reorder("order", [ko, ci, ki])
-    inner = cfg["order"].apply(s, CC, [ko, ci, ki])
-    s[CC].reorder(*inner, cj)
-    s[CC].vectorize(cj)
-    cfg.define_knob("unroll", ["none", "tile_i", "k_inner"])
-    if cfg["unroll"].val == "tile_i":
-        s[CC].unroll(ci)
-    elif cfg["unroll"].val == "k_inner":
-        s[CC].unroll(ki)
-    s[C].parallel(io)
-    return s, [A, B, C]
+from looptune.search import (
+    GATuner,
+    MeasureOption,
+    Measurer,
+    RandomTuner,
+    create_task,
+    load_records,
+    log_to_file,
+    progress_bar,
+)
+from search_efficiency import TASKS  # its sgemm template (se_matmul): one template for both
 
 
 def run(name: str, cls, task, trials: int, log: str, opt: MeasureOption) -> dict:
@@ -113,7 +83,7 @@ def main() -> None:
     ap.add_argument("--verify", type=int, default=5, help="re-measure each tuner's top N")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    task = create_task("bench_matmul", (args.n, args.n, args.n))
+    task = create_task(TASKS["matmul"][0], (args.n, args.n, args.n))
     print(task.config_space)
     opt = MeasureOption(number=args.number, repeat=args.repeat, timeout=10, n_parallel=2)
     tuners = {"ga": GATuner, "random": RandomTuner}

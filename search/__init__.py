@@ -14,12 +14,12 @@ with lt.search.apply_history_best("mm.jsonl"):
     s, args = matmul(512, 512, 512)      # the best logged config
 ```
 """
+from .auto import auto_schedule, auto_task
 from .callbacks import LogToFile, ProgressBar, log_to_file, progress_bar
 from .flops import count_flop
 from .ga_tuner import GATuner
 from .gbt_tuner import GBTTuner
-from .log import (ApplyHistoryBest, LogWriter, Record, apply_history_best, load_best,
-                  load_records)
+from .log import ApplyHistoryBest, LogWriter, Record, apply_history_best, load_best, load_records
 from .measure import ErrorKind, MeasureOption, Measurer, MeasureResult, measure_configs
 from .optuna_tuner import OptunaTuner
 from .sa_tuner import SATuner
@@ -30,7 +30,7 @@ from .tuner import Tuner, TuningError
 from .tuners import GridTuner, RandomTuner
 from .workers import worker_role
 
-__all__ = ["LogToFile", "ProgressBar", "log_to_file", "progress_bar", "count_flop", "GATuner", "GBTTuner", "OptunaTuner",
+__all__ = ["auto_schedule", "auto_task", "LogToFile", "ProgressBar", "log_to_file", "progress_bar", "count_flop", "GATuner", "GBTTuner", "OptunaTuner",
            "ApplyHistoryBest", "LogWriter", "Record", "apply_history_best", "load_best",
            "load_records", "ErrorKind", "MeasureOption", "Measurer", "MeasureResult",
            "measure_configs", "SATuner", "ConfigEntity", "ConfigSpace", "FallbackConfig",

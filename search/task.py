@@ -91,8 +91,12 @@ class Task:
 
     def spec(self) -> dict[str, Any]:
         """What a worker process needs to rebuild this task."""
-        return {"name": self.name, "args": list(self.args), "target": self.target,
+        spec = {"name": self.name, "args": list(self.args), "target": self.target,
                 "module": self.template.module, "file": self.template.file}
+        dag = getattr(self.template, "dag", None)
+        if dag is not None:       # an auto_schedule task: no module defines its template
+            spec["dag"] = dag
+        return spec
 
     def __repr__(self) -> str:
         return (f"Task({self.name}{_short(self.args)}, target='{self.target}', "
@@ -153,6 +157,9 @@ def task_from_spec(spec: dict) -> Task:
     """The task a :meth:`Task.spec` describes (cached per process)."""
     key = (spec["name"], repr(spec["args"]), spec["target"])
     task = _TASKS.get(key)
+    if task is None and spec.get("dag") is not None:
+        from .auto import task_from_dag
+        task = _TASKS[key] = task_from_dag(spec)
     if task is None:
         tpl = load_template(spec["name"], spec.get("module"), spec.get("file"))
         task = _TASKS[key] = Task(tpl, tuple(spec["args"]), spec["target"])

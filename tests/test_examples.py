@@ -50,3 +50,16 @@ def test_hand_schedule_template_fallback_and_sampled_configs(op):
         except lt.ScheduleError:
             continue
         _run(op, args, s, tensors)
+
+
+@pytest.mark.parametrize("op", OPS, ids=lambda op: op.name)
+def test_auto_schedule_space_is_exact(op):
+    """lt.search.auto_task's generated space for the operator's algorithm: the fallback and
+    sampled configs give valid schedules that match numpy."""
+    args = SMALL[op.name]
+    out = op.algorithm(*args)
+    tensors = list(out) if isinstance(out, (list, tuple)) else [out]
+    task = lt.search.auto_task(tensors)
+    _run(op, args, *task.instantiate(0))
+    for cfg in task.config_space.sample(min(3, len(task.config_space)), 11):
+        _run(op, args, *task.instantiate(cfg))

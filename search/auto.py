@@ -1,0 +1,406 @@
+"""Template-free auto scheduling: a config space generated from the compute DAG alone.
+
+```python
+s = lt.search.auto_schedule([A, B, C], trials=200, log_file="auto.jsonl")
+f = lt.build(s, [A, B, C])
+```
+
+:func:`auto_task` turns the build arguments (placeholders and outputs, in call order) into a
+:class:`~looptune.search.task.Task` whose template is a *sketch* of each stage, after Ansor's
+rules, simplified:
+
+- an injective (reduction-free) intermediate stage is inlined into its readers or computed at
+  root (knob ``<stage>.inline``; inlining a stencil's producer recomputes it, so both stay);
+- a *contraction* (a reduction whose body multiplies loads, with at least two spatial loops
+  longer than 1: matmul, batch matmul, conv2d) gets multi-level tiling: every spatial loop
+  split in two, the inner loops forming a register tile accumulated in a ``local``
+  cache_write buffer computed inside the fused, parallel outer loops (knob ``cache``); an
+  elementwise output reading it alone (bias, activation: an epilogue) takes the tiled loops
+  instead, and the contraction is computed per tile into it (fused, no extra pass); every
+  reduction loop split in two; the order of the reduction loops around the tile, unrolling
+  (the tile rows or the inner reduction) and the vector width of the innermost spatial loop
+  are knobs;
+- any other stage (elementwise, transpose, row reductions, pooling, stencils): the innermost
+  spatial loop split by a vector width (tails allowed) and the inner part vectorized — moved
+  inside the reduction, where there is one, so the lanes are independent outputs (knob
+  ``vec``) — and the outer spatial loops fused and parallel.
+
+The first choice of every knob gives a valid schedule (the fallback); other combinations
+that the schedule primitives refuse are recorded as invalid candidates. The task is named
+``auto_<digest of the DAG>``, so a log of one definition resumes and applies to the same
+definition only; worker processes get the DAG itself (pickled), as no module defines it.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import pickle
+from collections.abc import Sequence
+
+from ..errors import LooptuneError, ScheduleError
+from ..lang.expr import BinKind, Const
+from ..lang.tensor import ComputeOp, PlaceholderOp, Tensor
+from ..lang.visitor import ExprVisitor, collect_loads
+from ..schedule.schedule import Schedule, create_schedule
+from .space import ConfigSpace
+from .task import Task
+from .template import _REGISTRY, Template
+
+log = logging.getLogger("looptune.search.auto")
+
+TUNERS = ("gbt", "ga", "sa", "random", "grid", "optuna")
+
+
+# ---- the DAG ---------------------------------------------------------------------------------
+
+def _check_args(tensors) -> list[Tensor]:
+    if isinstance(tensors, Tensor) or not isinstance(tensors, Sequence) or not tensors:
+        raise LooptuneError("auto_schedule: pass the build arguments as a list of tensors "
+                            "(placeholders and outputs, in call order), e.g. [A, B, C]; got "
+                            f"{tensors!r}")
+    out = list(tensors)
+    for k, t in enumerate(out):
+        if not isinstance(t, Tensor):
+            raise LooptuneError(f"auto_schedule: argument {k} is {type(t).__name__} "
+                                f"{t!r}, not a tensor; pass lt.placeholder/lt.compute results")
+        for s in t.shape:
+            if not isinstance(s, int) and not isinstance(getattr(s, "value", None), int):
+                raise LooptuneError(f"auto_schedule: tensor '{t.name}' has the symbolic size "
+                                    f"{s}; a tuning task needs concrete sizes (define the "
+                                    "tensors with integer shapes)")
+    outputs = [t for t in out if not isinstance(t.op, PlaceholderOp)]
+    if not outputs:
+        raise LooptuneError("auto_schedule: the arguments hold no computed tensor; add the "
+                            "output (an lt.compute result) to the list")
+    given = {id(t) for t in out}
+    for op in _topo(outputs):
+        if isinstance(op, PlaceholderOp) and id(op.output) not in given:
+            raise LooptuneError(f"auto_schedule: placeholder '{op.output.name}' is read by "
+                                f"the computation but is not among the arguments; add it to "
+                                "the list")
+    return out
+
+
+def _topo(outputs) -> list:
+    seen: dict[int, object] = {}
+
+    def visit(op):
+        if id(op) in seen:
+            return
+        for t in getattr(op, "inputs", ()):
+            visit(t.op)
+        seen[id(op)] = op
+    for t in outputs:
+        visit(t.op)
+    return list(seen.values())
+
+
+def dag_digest(tensors: Sequence[Tensor]) -> str:
+    """A digest of the computation (ops in order: names, shapes, dtypes, bodies) and of the
+    argument order: equal for equal definitions, in any process."""
+    outputs = [t for t in tensors if not isinstance(t.op, PlaceholderOp)]
+    lines = []
+    ids = {}
+    for op in _topo(outputs):
+        ids[id(op)] = len(ids)
+        t = op.output
+        body = str(op.body) if isinstance(op, ComputeOp) else "placeholder"
+        red = [(str(r.var.name), str(r.min), str(r.extent)) for r in
+               getattr(op, "reduce_axis", ())]
+        lines.append(f"{t.name}|{list(t.shape)}|{t.dtype}|{body}|{red}")
+    lines.append("args:" + ",".join(str(ids.get(id(t.op), -1)) for t in tensors))
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+
+
+# ---- the sketch ------------------------------------------------------------------------------
+
+def _extent(iv) -> int:
+    e = iv.extent
+    return int(e.value) if isinstance(e, Const) else int(e)
+
+
+class _MulOfLoads(ExprVisitor):
+    def __init__(self):
+        self.found = False
+
+    def visit_BinOp(self, e):
+        if e.op is BinKind.MUL and collect_loads(e.a) and collect_loads(e.b):
+            self.found = True
+        super().visit_BinOp(e)
+
+
+def is_contraction(op) -> bool:
+    """A reduction multiplying loads, with at least two spatial loops longer than 1."""
+    if not isinstance(op, ComputeOp) or not op.reduce_axis:
+        return False
+    if sum(1 for a in op.axis if _extent(a) > 1) < 2:
+        return False
+    v = _MulOfLoads()
+    v.visit(op.body.source)
+    return v.found
+
+
+def _knob_prefix(name: str, used: set[str]) -> str:
+    base, k = name, 1
+    while name in used:
+        k += 1
+        name = f"{base}{k}"
+    used.add(name)
+    return name
+
+
+def sketch(cfg, tensors: list[Tensor]) -> tuple[Schedule, list[Tensor]]:
+    """The auto template: a schedule of ``tensors``' computation for config ``cfg``.
+
+    Every knob is defined before any is read (a config space is the same for every config),
+    from the compute ops' loops; then the choices are applied."""
+    outputs = [t for t in tensors if not isinstance(t.op, PlaceholderOp)]
+    s = create_schedule(outputs)
+    out_ids = {id(t) for t in outputs}
+    stages = [st for st in s.stages if isinstance(st.op, ComputeOp)]
+    used: set[str] = set()
+    names = {id(st): _knob_prefix(st.name, used) for st in stages}
+    inlinable = [st for st in stages if id(st.tensor) not in out_ids and not st.op.reduce_axis]
+    epilogue = {}                  # contraction stage -> the elementwise output it feeds
+    for st in stages:
+        if is_contraction(st.op):
+            readers = s.readers(st)
+            if len(readers) == 1 and _is_epilogue(readers[0], st, out_ids):
+                epilogue[id(st)] = readers[0]
+    fused = {id(r) for r in epilogue.values()}
+    rooted = [st for st in reversed(stages) if id(st) not in fused]
+    # 1. the knobs
+    for st in inlinable:
+        cfg.define_knob(f"{names[id(st)]}.inline", [True, False])
+    for st in rooted:
+        if is_contraction(st.op):
+            _contraction_knobs(cfg, st.op, names[id(st)], id(st) in epilogue)
+        else:
+            _simple_knobs(cfg, st.op, names[id(st)])
+    # 2. the choices
+    for st in inlinable:
+        if cfg[f"{names[id(st)]}.inline"].val:
+            st.compute_inline()
+    for st in rooted:
+        if st.attach[0] == "inline":
+            continue
+        if is_contraction(st.op):
+            _tile_contraction(cfg, s, st.tensor, names[id(st)], epilogue.get(id(st)))
+        else:
+            _vectorize_parallel(cfg, s, st.tensor, names[id(st)])
+    return s, tensors
+
+
+def _is_epilogue(reader, st, out_ids) -> bool:
+    """``reader`` is an elementwise output of ``st``'s shape (bias, activation, scaling)."""
+    return (id(reader.tensor) in out_ids and not reader.op.reduce_axis
+            and len(reader.op.axis) == len(st.op.axis)
+            and all(_extent(a) == _extent(b) for a, b in zip(reader.op.axis, st.op.axis)))
+
+
+def _fuse_parallel(stage, loops):
+    p = loops[0] if len(loops) == 1 else stage.fuse(*loops)
+    stage.parallel(p)
+    return p
+
+
+def _define_split(cfg, knob: str, loop, max_factor: int) -> None:
+    """Split ``loop`` in two: by its divisors up to ``max_factor``, or, where it has few
+    (a prime extent), by powers of two with a guarded tail."""
+    ext = _extent(loop)
+    divisors = sum(1 for d in range(2, min(ext, max_factor) + 1) if ext % d == 0)
+    if divisors >= 2:
+        cfg.define_split(knob, loop, num_outputs=2, max_factor=max_factor)
+    else:
+        cfg.define_split(knob, loop, num_outputs=2, policy="power2", max_factor=max_factor,
+                         allow_non_divisible=True)
+
+
+def _tiled_axes(op) -> tuple[list[int], int]:
+    """Positions of the spatial loops a contraction tiles (extent > 1), and the last one."""
+    tiled = [k for k, a in enumerate(op.axis) if _extent(a) > 1]
+    return tiled, tiled[-1]
+
+
+def _contraction_knobs(cfg, op, name: str, has_epilogue: bool) -> None:
+    if not has_epilogue:
+        cfg.define_knob(f"{name}.cache", [True, False])
+    tiled, last = _tiled_axes(op)
+    for k in tiled:
+        _define_split(cfg, f"{name}.tile{k}", op.axis[k], 64 if k == last else 16)
+    for k, r in enumerate(op.reduce_axis):
+        _define_split(cfg, f"{name}.red{k}", r, 64)
+    cfg.define_knob(f"{name}.order", ["r.tile.r", "r.r.tile", "tile.r.r"])
+    cfg.define_knob(f"{name}.unroll", ["none", "tile", "r_inner"])
+
+
+def _tile_contraction(cfg, s: Schedule, T: Tensor, name: str, epilogue=None) -> None:
+    """Multi-level tiling of contraction ``T``. With an ``epilogue`` stage (an elementwise
+    output reading T), the epilogue takes the tiled loops and T is computed per tile into
+    it, as a cache_write buffer would be."""
+    tiled, _ = _tiled_axes(s[T].op)
+    if epilogue is not None:
+        CC, T = T, epilogue.tensor
+    else:
+        CC = s.cache_write(T, "local") if cfg[f"{name}.cache"].val else T
+    axes = list(s[T].op.axis)              # after cache_write: the write-back's loops
+    outer, inner = [], []
+    for k, ax in enumerate(axes):
+        if k not in tiled:
+            outer.append(ax)
+            continue
+        o, i = cfg[f"{name}.tile{k}"].apply(s, T, ax)
+        outer.append(o)
+        inner.append(i)
+    s[T].reorder(*outer, *inner)
+    par = _fuse_parallel(s[T], outer)
+    if CC is not T:
+        s[CC].compute_at(s[T], par)
+        s[T].vectorize(inner[-1])
+        spatial = [a for k, a in enumerate(s[CC].op.axis) if k in tiled]
+        red = list(s[CC].op.reduce_axis)
+    else:
+        spatial, red = inner, list(s[T].op.reduce_axis)
+    r_out, r_in = [], []
+    for k, r in enumerate(red):
+        ro, ri = cfg[f"{name}.red{k}"].apply(s, CC, r)
+        r_out.append(ro)
+        r_in.append(ri)
+    rows, vec = spatial[:-1], spatial[-1]
+    order = cfg[f"{name}.order"].val
+    seq = {"r.tile.r": r_out + rows + r_in, "r.r.tile": r_out + r_in + rows,
+           "tile.r.r": rows + r_out + r_in}[order]
+    if CC is T:
+        s[T].reorder(par, *seq, vec)
+    else:
+        s[CC].reorder(*seq, vec)
+    s[CC].vectorize(vec)
+    how = cfg[f"{name}.unroll"].val
+    if how == "tile":
+        for r in rows:
+            s[CC].unroll(r)
+    elif how == "r_inner" and r_in:
+        s[CC].unroll(r_in[-1])
+
+
+def _simple_knobs(cfg, op, name: str) -> None:
+    if not op.axis or _extent(op.axis[-1]) == 1:
+        return
+    cfg.define_knob(f"{name}.vec", ["none", "inner"] if op.reduce_axis else ["inner", "none"])
+    _define_split(cfg, f"{name}.width", op.axis[-1], 64)
+
+
+def _vectorize_parallel(cfg, s: Schedule, T: Tensor, name: str) -> None:
+    st = s[T]
+    axes = list(st.op.axis)
+    red = list(st.op.reduce_axis)
+    if not axes:                                  # a scalar: nothing to tile
+        return
+    if _extent(axes[-1]) == 1 or cfg[f"{name}.vec"].val == "none":
+        _fuse_parallel(st, axes)
+        return
+    o, i = cfg[f"{name}.width"].apply(s, T, axes[-1])
+    outer = axes[:-1] + [o]
+    if red:
+        st.reorder(*outer, *red, i)               # lanes = independent outputs
+    st.vectorize(i)
+    _fuse_parallel(st, outer)
+
+
+# ---- the task ---------------------------------------------------------------------------------
+
+def _template_for(tensors: list[Tensor], digest: str) -> Template:
+    name = f"auto_{digest}"
+    tpl = _REGISTRY.get(name)
+    if tpl is not None and getattr(tpl, "auto_tensors", None) is not None:
+        old = tpl.auto_tensors
+        if len(old) == len(tensors) and all(a is b for a, b in zip(old, tensors)):
+            return tpl
+
+    def auto(cfg):
+        return sketch(cfg, tensors)
+    auto.__qualname__ = auto.__name__ = name
+    tpl = Template(name, auto)
+    tpl.auto_tensors = tensors
+    tpl.dag = pickle.dumps(tensors)
+    _REGISTRY[name] = tpl
+    return tpl
+
+
+def auto_task(tensors: Sequence[Tensor], target="c") -> Task:
+    """The tuning task of ``tensors`` (the build arguments, in call order) with the generated
+    space; tune it with any tuner, as a template's task."""
+    args = _check_args(tensors)
+    return Task(_template_for(args, dag_digest(args)), (), target)
+
+
+def task_from_dag(spec: dict) -> Task:
+    """In a worker process: the auto task of a :meth:`Task.spec` that carries the DAG."""
+    tensors = pickle.loads(spec["dag"])
+    return Task(_template_for(tensors, spec["name"][len("auto_"):]), (), spec["target"])
+
+
+def _make_tuner(tuner, task, seed):
+    from . import GATuner, GBTTuner, GridTuner, OptunaTuner, RandomTuner, SATuner
+    if not isinstance(tuner, str):
+        return tuner(task, seed=seed) if callable(tuner) else tuner
+    classes = {"gbt": GBTTuner, "ga": GATuner, "sa": SATuner, "random": RandomTuner,
+               "grid": GridTuner, "optuna": OptunaTuner}
+    if tuner not in classes:
+        raise LooptuneError(f"auto_schedule: tuner must be one of {', '.join(TUNERS)} (or a "
+                            f"Tuner class); got {tuner!r}")
+    return classes[tuner](task) if tuner == "grid" else classes[tuner](task, seed=seed)
+
+
+def auto_schedule(tensors: Sequence[Tensor], trials: int = 200, log_file: str | None = None,
+                  *, target="c", tuner="gbt", measure_option=None, seed: int = 0,
+                  resume: bool = True, progress: bool = False) -> Schedule:
+    """Tune a schedule for ``tensors`` (placeholders and outputs, in call order) without a
+    template, and return the best one found; ``lt.build(s, tensors)`` builds it.
+
+    ``trials`` measurements with ``tuner`` ("gbt", "ga", "sa", "random", "grid", "optuna" or
+    a Tuner class); every one is appended to ``log_file`` when given, and with ``resume``
+    (default) the trials that log already holds for this definition count and are not
+    measured again. ``trials=0`` only reads the log: the schedule of its best record.
+    """
+    from .callbacks import log_to_file, progress_bar
+    from .log import load_best
+    from .measure import MeasureOption
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 0:
+        raise LooptuneError(f"auto_schedule: trials must be a non-negative int; got {trials!r}")
+    if trials == 0 and not log_file:
+        raise LooptuneError("auto_schedule: trials=0 reads the best schedule from log_file; "
+                            "give log_file, or trials >= 1")
+    task = auto_task(tensors, target)
+    best_index = None
+    if trials > 0:
+        t = _make_tuner(tuner, task, seed)
+        callbacks = [log_to_file(log_file)] if log_file else []
+        if progress:
+            callbacks.append(progress_bar())
+        res = t.tune(trials, measure_option or MeasureOption(), callbacks=callbacks,
+                     resume=bool(resume and log_file and os.path.exists(log_file)))
+        if res is not None and res.ok:
+            best_index = res.config.index
+    if log_file and os.path.exists(log_file):       # every trial of this definition, resumed
+        rec = load_best(log_file, task)                # ones included
+        if rec is not None:
+            best_index = rec.index
+    if best_index is None:
+        where = f" in '{log_file}'" if log_file else ""
+        raise LooptuneError(f"auto_schedule: no correct schedule was measured for task "
+                            f"{task.key}{where}; look at the candidates' errors (run with a "
+                            "log_file and `looptune report`), or raise trials")
+    try:
+        s, _ = task.instantiate(best_index)
+    except ScheduleError as e:       # a log written by another version of the sketch
+        raise LooptuneError(f"auto_schedule: the best logged config {best_index} of "
+                            f"{task.key} no longer gives a valid schedule ({e}); tune again "
+                            "with a new log_file") from e
+    return s
+
+
+def describe_space(tensors: Sequence[Tensor]) -> ConfigSpace:
+    """The generated config space of ``tensors`` (for inspection)."""
+    return auto_task(tensors).config_space

@@ -1,0 +1,167 @@
+"""Template-free auto scheduling: the generated space, tuning end to end, logs, errors."""
+from __future__ import annotations
+
+import json
+
+import looptune as lt
+import numpy as np
+import pytest
+from looptune.report import make_arrays
+from looptune.search import MeasureOption, auto_schedule, auto_task
+from looptune.search.auto import dag_digest, is_contraction
+
+OPT = MeasureOption(number=1, repeat=2, timeout=20, n_parallel=2)
+
+
+def _matmul_relu(N=37, M=29, K=23, bias=False):
+    A = lt.placeholder((N, K), "float32", name="A")
+    B = lt.placeholder((K, M), "float32", name="B")
+    k = lt.reduce_axis(K, name="k")
+    C = lt.compute((N, M), lambda i, j: lt.sum(A[i, k] * B[k, j], axis=k), name="C")
+    D = lt.compute((N, M), lambda i, j: lt.max(C[i, j], 0.0), name="D")
+    return A, B, D
+
+
+def _check(s, tensors, want):
+    inputs, outs, args = make_arrays(tensors, 1)
+    for o in outs:
+        o.fill(np.nan)
+    lt.build(s, tensors)(*args)
+    np.testing.assert_allclose(outs[0], want(*inputs), rtol=1e-4, atol=1e-4)
+
+
+def _relu_mm(a, b):
+    return np.maximum(a.astype(np.float64) @ b.astype(np.float64), 0.0)
+
+
+def test_space_of_a_matmul_with_an_epilogue():
+    A, B, D = _matmul_relu()
+    task = auto_task([A, B, D])
+    knobs = set(task.config_space.knobs)
+    # the contraction is tiled (rows, vector columns, reduction), the relu is its epilogue:
+    # no cache knob (the epilogue holds the tile), no knob of its own
+    assert {"C.tile0", "C.tile1", "C.red0", "C.order", "C.unroll"} == knobs
+    s, _ = task.instantiate(0)
+    assert s[D].attach[0] == "root"
+    assert s.stage("C").attach[0] == "at"          # computed per tile of D: fused
+    assert task.flop == 2 * 37 * 29 * 23 + 37 * 29
+
+
+def test_every_config_of_a_small_space_is_exact():
+    A, B, D = _matmul_relu(N=9, M=13, K=7)
+    task = auto_task([A, B, D])
+    assert len(task.config_space) <= 400
+    for cfg in task.config_space:
+        s, tensors = task.instantiate(cfg)
+        _check(s, tensors, _relu_mm)
+
+
+def test_inline_knob_for_injective_intermediates_and_both_choices_exact():
+    X = lt.placeholder((19, 33), "float32", name="X")
+    sq = lt.compute((19, 33), lambda i, j: X[i, j] * X[i, j] + 1.0, name="sq")
+    k = lt.reduce_axis(33, name="k")
+    rs = lt.compute((19,), lambda i: lt.sum(sq[i, k], axis=k), name="rowsum")
+    out = lt.compute((19, 33), lambda i, j: sq[i, j] / rs[i], name="out")
+    task = auto_task([X, out])
+    assert "sq.inline" in task.config_space.knobs
+    assert not is_contraction(rs.op)
+
+    def want(x):
+        q = x.astype(np.float64) ** 2 + 1.0
+        return q / q.sum(axis=1, keepdims=True)
+    seen = set()
+    for cfg in task.config_space.sample(min(24, len(task.config_space)), 0):
+        s, tensors = task.instantiate(cfg)
+        seen.add(cfg["sq.inline"].val)
+        _check(s, tensors, want)
+    assert seen == {True, False}
+
+
+def test_digest_names_the_definition():
+    a = dag_digest(list(_matmul_relu()))
+    assert a == dag_digest(list(_matmul_relu()))            # rebuilt: same name
+    assert a != dag_digest(list(_matmul_relu(N=38)))        # other sizes
+    A, B, D = _matmul_relu()
+    assert a != dag_digest([B, A, D])                       # other argument order
+
+
+def test_auto_schedule_tunes_logs_resumes_and_reads_back(tmp_path):
+    log = tmp_path / "auto.jsonl"
+    A, B, D = _matmul_relu()
+    s = auto_schedule([A, B, D], trials=6, log_file=str(log), tuner="random",
+                      measure_option=OPT)
+    _check(s, [A, B, D], _relu_mm)
+    recs = [json.loads(x) for x in log.read_text().splitlines()]
+    assert len(recs) == 6 and all(r["task"]["name"].startswith("auto_") for r in recs)
+    assert sum(r["error"] == "none" for r in recs) >= 5   # workers rebuilt the DAG
+    # a new definition object of the same computation resumes the same task
+    A2, B2, D2 = _matmul_relu()
+    auto_schedule([A2, B2, D2], trials=9, log_file=str(log), tuner="random",
+                  measure_option=OPT)
+    recs2 = [json.loads(x) for x in log.read_text().splitlines()]
+    assert len(recs2) == 9
+    assert len({r["config"]["index"] for r in recs2}) == 9      # nothing measured twice
+    # trials=0 reads the log's best: no measuring
+    best = min((r for r in recs2 if r["error"] == "none"),
+               key=lambda r: float(np.median(r["costs"])))
+    s3 = auto_schedule([A2, B2, D2], trials=0, log_file=str(log))
+    assert log.read_text().count("\n") == 9
+    task = auto_task([A2, B2, D2])
+    want_s, _ = task.instantiate(best["config"]["index"])
+    assert str(lt.lower(s3, [A2, B2, D2])) == str(lt.lower(want_s, [A2, B2, D2]))
+    _check(s3, [A2, B2, D2], _relu_mm)
+
+
+def test_auto_schedule_with_the_gbt_tuner_and_a_conv_with_padding(tmp_path):
+    N, C, H, W, K = 1, 4, 9, 11, 6
+    data = lt.placeholder((N, C, H, W), "float32", name="data")
+    weight = lt.placeholder((K, C, 3, 3), "float32", name="weight")
+
+    def body(n, c, y, x):
+        inside = lt.all(y >= 1, y < H + 1, x >= 1, x < W + 1)
+        return lt.if_then_else(inside, data[n, c, y - 1, x - 1], 0.0)
+    pad = lt.compute((N, C, H + 2, W + 2), body, name="pad")
+    rc, ry, rx = (lt.reduce_axis(C, name="rc"), lt.reduce_axis(3, name="ry"),
+                  lt.reduce_axis(3, name="rx"))
+    out = lt.compute((N, K, H, W), lambda n, k, y, x: lt.sum(
+        pad[n, rc, y + ry, x + rx] * weight[k, rc, ry, rx], axis=[rc, ry, rx]), name="out")
+    s = auto_schedule([data, weight, out], trials=6, tuner="gbt", measure_option=OPT)
+
+    def want(d, w):
+        p = np.pad(d.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+        o = np.zeros((N, K, H, W))
+        for dy in range(3):
+            for dx in range(3):
+                o += np.einsum("nchw,kc->nkhw", p[:, :, dy:dy + H, dx:dx + W], w[:, :, dy, dx])
+        return o
+    _check(s, [data, weight, out], want)
+
+
+@pytest.mark.parametrize("bad, msg", [
+    (lambda A, B, D: D, "list of tensors"),
+    (lambda A, B, D: [A, D], "placeholder 'B'"),
+    (lambda A, B, D: [A, B, 3], "argument 2 is int"),
+    (lambda A, B, D: [A, B], "no computed tensor"),
+])
+def test_bad_arguments_are_named(bad, msg):
+    with pytest.raises(lt.LooptuneError, match=msg):
+        auto_schedule(bad(*_matmul_relu()), trials=1)
+
+
+def test_bad_options_are_named(tmp_path):
+    args = list(_matmul_relu())
+    with pytest.raises(lt.LooptuneError, match="trials must be"):
+        auto_schedule(args, trials=-1)
+    with pytest.raises(lt.LooptuneError, match="trials=0 reads"):
+        auto_schedule(args, trials=0)
+    with pytest.raises(lt.LooptuneError, match="tuner must be one of"):
+        auto_schedule(args, trials=1, tuner="annealing")
+    n = lt.var("n")
+    X = lt.placeholder((n, 4), "float32", name="X")
+    Y = lt.compute((n, 4), lambda i, j: X[i, j] + 1.0, name="Y")
+    with pytest.raises(lt.LooptuneError, match="tensor 'X' has the symbolic size n"):
+        auto_task([X, Y])
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(lt.LooptuneError, match="no correct schedule"):
+        auto_schedule(args, trials=0, log_file=str(empty))
