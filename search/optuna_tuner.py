@@ -111,8 +111,9 @@ def make_sampler(name: str, seed: int | None):
     if name == "cmaes":
         import importlib.util
         if importlib.util.find_spec("cmaes") is None:
-            raise LooptuneError("OptunaTuner(sampler='cmaes') needs the cmaes package; pip "
-                                "install cmaes (or use sampler='tpe')")
+            raise LooptuneError("OptunaTuner(sampler='cmaes') needs the cmaes package: pip "
+                                "install 'looptune[samplers]' (or cmaes), or use "
+                                "sampler='tpe'")
         return s.CmaEsSampler(seed=seed, warn_independent_sampling=False)
     if name == "random":
         return s.RandomSampler(seed=seed)
