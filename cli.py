@@ -40,8 +40,13 @@ def cmd_tune(ns: argparse.Namespace) -> int:
     args = parse_args(ns.args, op)
     log_path = Path(ns.log or f"{op.name}.jsonl")
     _check_writable(log_path)
-    task = search.create_task(op.name, args, target=ns.target)
-    print(f"tuning {op.name}{tuple(args)} on '{task.target}': {len(task.config_space)} configs, "
+    if ns.auto:
+        from .operators import auto_task
+        task = auto_task(op, args, ns.target)
+    else:
+        task = search.create_task(op.name, args, target=ns.target)
+    space = "an auto-generated space, " if ns.auto else ""
+    print(f"tuning {op.name}{tuple(args)} ({space}task {task.name}) on '{task.target}': {len(task.config_space)} configs, "
           f"{ns.trials} trials with the {ns.tuner} tuner -> {log_path}", file=sys.stderr)
     tuner = _tuner(ns.tuner, task, ns.seed, ns)
     opt = search.MeasureOption(number=ns.number, repeat=ns.repeat, timeout=ns.timeout,
@@ -125,6 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
     op_args(t)
     t.add_argument("--args", help="comma-separated template arguments (default: the file's)")
     t.add_argument("--tuner", choices=TUNERS, default="ga")
+    t.add_argument("--auto", action="store_true",
+                   help="tune a space generated from the operator's algorithm (no template)")
     t.add_argument("--trials", type=int, default=200)
     t.add_argument("--log", help="tuning log (JSON Lines; default NAME.jsonl)")
     t.add_argument("--resume", action="store_true", help="skip configs the log already has")

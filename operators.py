@@ -117,29 +117,40 @@ def parse_args(text: str | None, op: Operator) -> tuple:
     return tuple(out) + tuple(op.default_args[len(out):])
 
 
+def auto_task(op: Operator, args: tuple, target: str):
+    """The template-free task of the operator's algorithm (``looptune tune --auto``)."""
+    from . import search
+    out = op.algorithm(*args)
+    tensors = list(out) if isinstance(out, (list, tuple)) else [out]
+    return search.auto_task(tensors, target=target)
+
+
 def instantiate(op: Operator, args: tuple, log: str | None, target: str):
-    """(schedule, tensors, how): the log's best config when it has one, else the hand one."""
+    """(schedule, tensors, how): the log's best config when it has one (of the template's
+    task or of the auto-scheduled one, whichever is faster), else the hand schedule."""
     if log is None:
         s, tensors = op.hand_schedule(*args)
         return s, tensors, "hand schedule"
-    from . import search
-    rec = best_record(op, args, log, target)
-    with search.apply_history_best(log):
-        s, tensors = op.template(*args)
-    return s, tensors, f"tuned config #{rec.index} from {log}"
+    rec, task = best_record(op, args, log, target, with_task=True)
+    s, tensors = task.instantiate(rec.index)
+    kind = "auto-scheduled" if task.name.startswith("auto_") else "tuned"
+    return s, tensors, f"{kind} config #{rec.index} from {log}"
 
 
-def best_record(op: Operator, args: tuple, log: str, target: str):
-    """The best correct record of this operator's task in ``log``; CLIError when none."""
+def best_record(op: Operator, args: tuple, log: str, target: str, with_task: bool = False):
+    """The best correct record of this operator's task in ``log`` (its template's task or
+    its auto-scheduled task, the faster); CLIError when none. ``with_task``: (record, task)."""
     from . import search
     if not Path(log).is_file():
         raise CLIError(f"no such log: {log}")
     task = search.create_task(op.name, args, target=target)
-    rec = search.load_best(log, task)
-    if rec is None:
+    found = [(r, t) for t in (task, auto_task(op, args, target))
+             if (r := search.load_best(log, t)) is not None]
+    if not found:
         keys = sorted({str(r.task) for r in search.load_records(log)})
         raise CLIError(f"{log} holds no correct record of {task.key}; it has "
                        f"{'; '.join(keys[:5]) or 'no records'} (tune this task first, or pass "
                        "the --args it was tuned with)")
-    return rec
+    rec, t = min(found, key=lambda rt: rt[0].cost)
+    return (rec, t) if with_task else rec
 

@@ -84,7 +84,8 @@ def bench_table(ops: list[Operator], args_text, log, target: str, repeat: int) -
                 continue
             t, tn, flop = time_op(op, args, s, tensors, target, repeat)
             gf = f"{flop / t / 1e9:.1f}" if flop else "-"
-            sched = label if lg is None else f"tuned #{how.split('#')[1].split()[0]}"
+            sched = label if lg is None else \
+                f"{how.split()[0].replace('-scheduled', '')} #{how.split('#')[1].split()[0]}"
             rows.append((op.name, _sizes(args), sched, f"{t * 1e3:.3f}", f"{tn * 1e3:.3f}",
                          f"{tn / t:.2f}x", gf))
     note = f"\n(no tuned record in {log} for: {', '.join(skipped)})" if skipped else ""
@@ -105,16 +106,19 @@ def _table(rows) -> str:
 
 def summarise_tuning(op: Operator, args: tuple, target: str, log: Path) -> str:
     """Best config, its GFLOP/s, and its speedup over the fallback config and numpy."""
-    rec = best_record(op, args, str(log), target)
+    rec, task = best_record(op, args, str(log), target, with_task=True)
     s, tensors, _ = instantiate(op, args, str(log), target)
     t, tn, flop = time_op(op, args, s, tensors, target, 5)
-    tlog = logging.getLogger("looptune.search.template")
-    level = tlog.level
-    tlog.setLevel(logging.ERROR)               # the fallback is wanted here: no warning
-    try:
-        fs, ftensors = op.template(*args)      # outside any log: the fallback config
-    finally:
-        tlog.setLevel(level)
+    if task.name.startswith("auto_"):
+        fs, ftensors = task.instantiate(0)     # the generated space's first config
+    else:
+        tlog = logging.getLogger("looptune.search.template")
+        level = tlog.level
+        tlog.setLevel(logging.ERROR)           # the fallback is wanted here: no warning
+        try:
+            fs, ftensors = op.template(*args)  # outside any log: the fallback config
+        finally:
+            tlog.setLevel(level)
     tf, _, _ = time_op(op, args, fs, ftensors, target, 5)
     knobs = ", ".join(f"{k}={v}" for k, v in rec.config.get("knobs", {}).items())
     gf = f"  ({flop / t / 1e9:.1f} GFLOP/s)" if flop else ""

@@ -119,3 +119,20 @@ def test_python_dash_m_runs_the_command():
                          text=True, check=True).stdout
     for cmd in ("tune", "show", "bench", "export", "report"):
         assert cmd in out
+
+
+def test_tune_auto_then_show_and_bench_use_the_auto_log(tmp_path, capsys):
+    """--auto tunes a space generated from the algorithm (no template); show and bench
+    (and export, through the same lookup) then take the log's auto-scheduled best."""
+    log = tmp_path / "auto.jsonl"
+    relu = str(EXAMPLES / "matmul_relu.py")
+    assert main(["tune", relu, "--args", SMALL, "--auto", "--tuner", "random", "--trials",
+                 "4", "--log", str(log), "--number", "1", "--repeat", "2"]) == 0
+    recs = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(recs) == 4 and all(r["task"]["name"].startswith("auto_") for r in recs)
+    assert "best config #" in capsys.readouterr().out
+    assert main(["show", relu, "--args", SMALL, "--log", str(log)]) == 0
+    assert "auto-scheduled config #" in capsys.readouterr().out
+    assert main(["bench", relu, "--args", SMALL, "--log", str(log), "--repeat", "3"]) == 0
+    rows = [ln.split() for ln in capsys.readouterr().out.splitlines()[2:]]
+    assert [r[2] for r in rows] == ["hand", "auto"]
