@@ -6,8 +6,10 @@ several tasks. The loop:
 
 1. the first ``n_init`` candidates are random (unless transferred data already trains a
    model);
-2. after every batch, a scikit-learn ``HistGradientBoostingRegressor`` is retrained on every
-   measured config. The target is, by ``objective``: ``"rank"`` (default) each config's
+2. configs are proposed in plans of ``plan_size`` (measured ``n_parallel`` at a time); before
+   each plan, a scikit-learn ``HistGradientBoostingRegressor`` is retrained on every
+   measured config (a plan of 8 rather than one per batch of 2 cut the model time about
+   4x for the same trials to a good config on the benchmark tasks). The target is, by ``objective``: ``"rank"`` (default) each config's
    throughput rank among the measured ones, scaled to [0, 1] — an order-only target that
    outliers and failed candidates cannot distort; or ``"log"``, log throughput. (A pairwise
    ranking model — a classifier on feature differences — ranked no better on the benchmark
@@ -19,7 +21,7 @@ several tasks. The loop:
    ``random_share`` of that budget goes to random configs, for a global view of the space.
    Every scored, never-measured config joins a pool that the current model re-ranks each
    batch;
-4. the batch is the pool's best predictions; each slot is instead a random config with
+4. the plan is the pool's best predictions; each slot is instead a random config with
    probability ``eps``. No config is measured twice.
 
 Transfer: ``transfer_logs=[paths]`` adds the records of *other* tasks of those logs (their
@@ -96,7 +98,7 @@ class GBTTuner(Tuner):
 
     def __init__(self, task: Task, seed: int | None = None, objective: str = "rank",
                  n_init: int = 12, eps: float = 0.1, explore: int = 64, n_chains: int = 8,
-                 sa_steps: int = 12, random_share: float = 0.5,
+                 sa_steps: int = 12, random_share: float = 0.5, plan_size: int = 8,
                  transfer_logs: Sequence | None = None,
                  max_transfer: int = 400, window: int = 40, model_params: dict | None = None):
         super().__init__(task, seed)
@@ -104,9 +106,13 @@ class GBTTuner(Tuner):
             raise LooptuneError(f"GBTTuner: objective must be one of {', '.join(OBJECTIVES)}; "
                                 f"got {objective!r}")
         if not 0.0 <= eps <= 1.0 or not 0.0 <= random_share <= 1.0 or n_init < 1 \
-                or explore < 1 or n_chains < 1:
+                or explore < 1 or n_chains < 1 or plan_size < 1:
             raise LooptuneError("GBTTuner: need 0 <= eps <= 1, 0 <= random_share <= 1, "
-                                "n_init >= 1, explore >= 1 and n_chains >= 1")
+                                "n_init >= 1, explore >= 1, n_chains >= 1 and "
+                                "plan_size >= 1")
+        self.plan_size = plan_size
+        self._plan: list[int] = []       # proposed (visited), not yet handed out
+        self._stale = False
         self.random_share = random_share
         self.objective, self.n_init, self.eps = objective, n_init, eps
         self.explore, self.n_chains, self.sa_steps = explore, n_chains, sa_steps
@@ -144,7 +150,21 @@ class GBTTuner(Tuner):
 
     # ---- proposing ---------------------------------------------------------------------------
 
+    def has_next(self) -> bool:
+        return bool(self._plan) or super().has_next()
+
     def next_batch(self, n: int) -> list[ConfigEntity]:
+        """The next ``n`` configs of the plan; an empty plan is refilled with ``plan_size``
+        configs chosen by a model retrained on every measurement so far."""
+        if not self._plan:
+            if self._stale:
+                self._retrain()
+                self._stale = False
+            self._plan = self._make_plan(max(n, self.plan_size))
+        out, self._plan = self._plan[:n], self._plan[n:]
+        return [self.space.get(i) for i in out]
+
+    def _make_plan(self, n: int) -> list[int]:
         out: list[int] = []
         if self.model is not None:
             self._explore()
@@ -170,7 +190,7 @@ class GBTTuner(Tuner):
         for i in out:
             self._pool.pop(i, None)
         self._remember_predictions(out)
-        return [self.space.get(i) for i in out]
+        return out
 
     def _ranked_pool(self, model=None) -> list[int]:
         cands = [i for i in self._pool if i not in self.visited]
@@ -270,7 +290,7 @@ class GBTTuner(Tuner):
             preds = self._pending.pop(c.index, None)
             if preds is not None and len(preds) == 2:
                 self._scored.append((preds, fit))
-        self._retrain()
+        self._stale = True            # retrained when the plan runs out
 
     def _remember_predictions(self, indices: list[int]) -> None:
         if len(self._models) < 2:

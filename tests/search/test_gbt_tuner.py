@@ -103,12 +103,28 @@ def test_configs_whose_template_raises_are_measured_not_fatal(fake_measure):
     assert raising and all(t.features(i) is None for i in raising)
 
 
+def test_plans_retrain_once_per_plan_and_hand_out_every_config_once(task, fake_measure):
+    t = GBTTuner(task, seed=0, n_init=4, plan_size=8)
+    fits = []
+    orig = t._retrain
+    t._retrain = lambda: (fits.append(len(t._fit)), orig())[1]
+    fm = fake_measure(t, _bowl(task))
+    t.tune(36, MeasureOption(n_parallel=2))
+    assert len(fm.measured) == 36 == len(set(fm.measured))
+    # plans start at trials 0, 8, 16, 24, 32; the model is retrained before each but the
+    # first, on everything measured by then
+    assert fits == [8, 16, 24, 32]
+    assert t.model is not None
+
+
 def test_bad_arguments():
     task = create_task("test_matmul", (8, 8, 8))
     with pytest.raises(LooptuneError, match="objective"):
         GBTTuner(task, objective="pairwise")
     with pytest.raises(LooptuneError, match="eps"):
         GBTTuner(task, eps=2.0)
+    with pytest.raises(lt.LooptuneError, match="plan_size"):
+        GBTTuner(task, plan_size=0)
 
 
 def test_transfer_warm_starts_from_another_task(task, fake_measure, tmp_path):
@@ -140,7 +156,7 @@ def test_real_measurement_log_works_with_apply_history_best(tmp_path):
     from helpers_templates import tmatmul
     task = create_task("test_matmul", (16, 16, 16))
     log = tmp_path / "gbt.jsonl"
-    t = GBTTuner(task, seed=0, n_init=4, explore=8)
+    t = GBTTuner(task, seed=0, n_init=4, explore=8, plan_size=2)
     best = t.tune(8, MeasureOption(n_parallel=2, number=1, repeat=1),
                   callbacks=[log_to_file(log)])
     recs = load_records(log, task)
