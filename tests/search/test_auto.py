@@ -165,3 +165,24 @@ def test_bad_options_are_named(tmp_path):
     empty.write_text("")
     with pytest.raises(lt.LooptuneError, match="no correct schedule"):
         auto_schedule(args, trials=0, log_file=str(empty))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_generated_spaces_of_the_fuzzer_operators_are_exact(seed):
+    """Every fuzzer operator (int and float matmul, conv with strides, stencils, softmax,
+    layernorm, pooling, transpose, elementwise chains) at drawn odd sizes: the fallback and
+    sampled configs of its generated space match numpy."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "schedule"))
+    try:
+        from fuzz_ops import OP_NAMES, draw_params, make_op
+    finally:
+        sys.path.pop(0)
+    rng = np.random.default_rng(seed)
+    name = OP_NAMES[seed % len(OP_NAMES)]
+    op = make_op(name, draw_params(name, rng))
+    task = auto_task(op.args)
+    for cfg in [0] + list(task.config_space.sample(min(3, len(task.config_space)), seed)):
+        s, _ = task.instantiate(cfg)
+        op.check(s, seed)
