@@ -25,6 +25,12 @@ rules, simplified:
   inside the reduction, where there is one, so the lanes are independent outputs (knob
   ``vec``) — and the outer spatial loops fused and parallel.
 
+For an OpenCL target (``auto_task(tensors, target="opencl")``) each root stage instead gets
+one work-item per output element: the last two spatial loops split into work-groups x
+work-items (knobs ``tx``, ``ty``), the reduction loops in each work-item (split, the inner
+part optionally unrolled), accumulating in private memory (knob ``cache``, or in the fused
+epilogue's tile).
+
 The first choice of every knob gives a valid schedule (the fallback); other combinations
 that the schedule primitives refuse are recorded as invalid candidates. The task is named
 ``auto_<digest of the DAG>``, so a log of one definition resumes and applies to the same
@@ -38,6 +44,7 @@ import os
 import pickle
 from collections.abc import Sequence
 
+from ..backends.target import Target
 from ..errors import LooptuneError, ScheduleError
 from ..lang.expr import BinKind, Const
 from ..lang.tensor import ComputeOp, PlaceholderOp, Tensor
@@ -150,8 +157,9 @@ def _knob_prefix(name: str, used: set[str]) -> str:
     return name
 
 
-def sketch(cfg, tensors: list[Tensor]) -> tuple[Schedule, list[Tensor]]:
-    """The auto template: a schedule of ``tensors``' computation for config ``cfg``.
+def sketch(cfg, tensors: list[Tensor], gpu: bool = False) -> tuple[Schedule, list[Tensor]]:
+    """The auto template: a schedule of ``tensors``' computation for config ``cfg``
+    (``gpu``: bound to OpenCL work-groups and work-items instead of parallel/vector loops).
 
     Every knob is defined before any is read (a config space is the same for every config),
     from the compute ops' loops; then the choices are applied."""
@@ -174,7 +182,10 @@ def sketch(cfg, tensors: list[Tensor]) -> tuple[Schedule, list[Tensor]]:
     for st in inlinable:
         cfg.define_knob(f"{names[id(st)]}.inline", [True, False])
     for st in rooted:
-        if is_contraction(st.op):
+        if gpu:
+            _gpu_knobs(cfg, st.op, names[id(st)], is_contraction(st.op) and
+                       id(st) not in epilogue)
+        elif is_contraction(st.op):
             _contraction_knobs(cfg, st.op, names[id(st)], id(st) in epilogue)
         else:
             _simple_knobs(cfg, st.op, names[id(st)])
@@ -185,7 +196,9 @@ def sketch(cfg, tensors: list[Tensor]) -> tuple[Schedule, list[Tensor]]:
     for st in rooted:
         if st.attach[0] == "inline":
             continue
-        if is_contraction(st.op):
+        if gpu:
+            _gpu_bind(cfg, s, st.tensor, names[id(st)], epilogue.get(id(st)))
+        elif is_contraction(st.op):
             _tile_contraction(cfg, s, st.tensor, names[id(st)], epilogue.get(id(st)))
         else:
             _vectorize_parallel(cfg, s, st.tensor, names[id(st)])
@@ -308,10 +321,71 @@ def _vectorize_parallel(cfg, s: Schedule, T: Tensor, name: str) -> None:
     _fuse_parallel(st, outer)
 
 
+def _gpu_knobs(cfg, op, name: str, cacheable: bool) -> None:
+    if not op.axis:
+        return
+    tiled = [k for k, a in enumerate(op.axis) if _extent(a) > 1] or [len(op.axis) - 1]
+    if cacheable:
+        cfg.define_knob(f"{name}.cache", [False, True])
+    cfg.define_split(f"{name}.tx", op.axis[tiled[-1]], num_outputs=2, policy="power2",
+                     max_factor=64, allow_non_divisible=True)
+    if len(tiled) >= 2:
+        cfg.define_split(f"{name}.ty", op.axis[tiled[-2]], num_outputs=2, policy="power2",
+                         max_factor=16, allow_non_divisible=True)
+    for k, r in enumerate(op.reduce_axis):
+        _define_split(cfg, f"{name}.red{k}", r, 16)
+    if op.reduce_axis:
+        cfg.define_knob(f"{name}.unroll", [False, True])
+
+
+def _gpu_bind(cfg, s: Schedule, T: Tensor, name: str, epilogue=None) -> None:
+    """One work-item per output element (of the epilogue, where the contraction has one):
+    the last two spatial loops split into work-groups x work-items (blockIdx/threadIdx y and
+    x), the other spatial loops fused into blockIdx.y; the reduction loops run in each
+    work-item (split, the inner part optionally unrolled), accumulating in a private buffer
+    (knob ``cache``) or in the output."""
+    op = s[T].op
+    if not op.axis:
+        return
+    tiled = [k for k, a in enumerate(op.axis) if _extent(a) > 1] or [len(op.axis) - 1]
+    CC = None
+    if epilogue is not None:
+        CC, T = T, epilogue.tensor
+    elif is_contraction(op) and cfg[f"{name}.cache"].val:
+        CC = s.cache_write(T, "local")
+    axes = list(s[T].op.axis)
+    bx, tx = cfg[f"{name}.tx"].apply(s, T, axes[tiled[-1]])
+    rest = [a for k, a in enumerate(axes) if k != tiled[-1] and
+            (len(tiled) < 2 or k != tiled[-2])]
+    if len(tiled) >= 2:
+        by, ty = cfg[f"{name}.ty"].apply(s, T, axes[tiled[-2]])
+        s[T].reorder(*rest, by, bx, ty, tx)
+        outer = rest + [by]
+        s[T].bind(outer[0] if len(outer) == 1 else s[T].fuse(*outer), "blockIdx.y")
+        s[T].bind(bx, "blockIdx.x")
+        s[T].bind(ty, "threadIdx.y")
+    else:
+        s[T].reorder(*rest, bx, tx)
+        outer = rest + [bx]
+        s[T].bind(outer[0] if len(outer) == 1 else s[T].fuse(*outer), "blockIdx.x")
+    s[T].bind(tx, "threadIdx.x")
+    R = T
+    if CC is not None:
+        s[CC].compute_at(s[T], tx)
+        R = CC
+    red = list(s[R].op.reduce_axis)
+    inner = []
+    for k, r in enumerate(red):
+        _, ri = cfg[f"{name}.red{k}"].apply(s, R, r)
+        inner.append(ri)
+    if red and cfg[f"{name}.unroll"].val and inner:
+        s[R].unroll(inner[-1])
+
+
 # ---- the task ---------------------------------------------------------------------------------
 
-def _template_for(tensors: list[Tensor], digest: str) -> Template:
-    name = f"auto_{digest}"
+def _template_for(tensors: list[Tensor], digest: str, gpu: bool) -> Template:
+    name = f"auto_{'gpu_' if gpu else ''}{digest}"
     tpl = _REGISTRY.get(name)
     if tpl is not None and getattr(tpl, "auto_tensors", None) is not None:
         old = tpl.auto_tensors
@@ -319,7 +393,7 @@ def _template_for(tensors: list[Tensor], digest: str) -> Template:
             return tpl
 
     def auto(cfg):
-        return sketch(cfg, tensors)
+        return sketch(cfg, tensors, gpu=gpu)
     auto.__qualname__ = auto.__name__ = name
     tpl = Template(name, auto)
     tpl.auto_tensors = tensors
@@ -332,13 +406,16 @@ def auto_task(tensors: Sequence[Tensor], target="c") -> Task:
     """The tuning task of ``tensors`` (the build arguments, in call order) with the generated
     space; tune it with any tuner, as a template's task."""
     args = _check_args(tensors)
-    return Task(_template_for(args, dag_digest(args)), (), target)
+    gpu = Target.parse(target).kind == "opencl"
+    return Task(_template_for(args, dag_digest(args), gpu), (), target)
 
 
 def task_from_dag(spec: dict) -> Task:
     """In a worker process: the auto task of a :meth:`Task.spec` that carries the DAG."""
     tensors = pickle.loads(spec["dag"])
-    return Task(_template_for(tensors, spec["name"][len("auto_"):]), (), spec["target"])
+    gpu = Target.parse(spec["target"]).kind == "opencl"
+    digest = spec["name"][len("auto_gpu_" if gpu else "auto_"):]
+    return Task(_template_for(tensors, digest, gpu), (), spec["target"])
 
 
 def _make_tuner(tuner, task, seed):

@@ -186,3 +186,33 @@ def test_generated_spaces_of_the_fuzzer_operators_are_exact(seed):
     for cfg in [0] + list(task.config_space.sample(min(3, len(task.config_space)), seed)):
         s, _ = task.instantiate(cfg)
         op.check(s, seed)
+
+
+@pytest.fixture(scope="module")
+def opencl():
+    pytest.importorskip("pyopencl", reason="the opencl target needs pyopencl (pip install "
+                        "'looptune[opencl]')")
+    from looptune.backends.opencl import select_device
+    try:
+        select_device(lt.Target.parse("opencl"))
+    except lt.BuildError as e:
+        pytest.skip(f"no usable OpenCL device: {e}")
+    return "opencl"
+
+
+@pytest.mark.opencl
+def test_opencl_target_gets_a_work_group_sketch(opencl, tmp_path):
+    A, B, D = _matmul_relu()
+    task = auto_task([A, B, D], target=opencl)
+    assert task.name.startswith("auto_gpu_") and {"C.tx", "C.ty", "C.red0"} <= set(
+        task.config_space.knobs)
+    for cfg in [0] + list(task.config_space.sample(4, 5)):
+        s, tensors = task.instantiate(cfg)
+        inputs, outs, args = make_arrays(tensors, 1)
+        lt.build(s, tensors, target=opencl)(*args)
+        np.testing.assert_allclose(outs[0], _relu_mm(*inputs), rtol=1e-4, atol=1e-4)
+    s = auto_schedule([A, B, D], trials=4, tuner="random", target=opencl,
+                      log_file=str(tmp_path / "cl.jsonl"), measure_option=OPT)
+    inputs, outs, args = make_arrays([A, B, D], 2)
+    lt.build(s, [A, B, D], target=opencl)(*args)
+    np.testing.assert_allclose(outs[0], _relu_mm(*inputs), rtol=1e-4, atol=1e-4)
