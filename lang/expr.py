@@ -137,6 +137,19 @@ class Var(Expr):
     def __eq__(self, other):
         return isinstance(other, Var) and other.uid == self.uid
 
+    def __reduce__(self):
+        # a Var from a pickle (a DAG sent to a worker process) keeps its uid, and moves this
+        # process's counter past it: a Var created later here must not share it
+        return (_restore_var, (self.name, self.dtype, self.uid))
+
+
+def _restore_var(name: str, dtype: str, uid: int) -> Var:
+    global _uids
+    nxt = next(_uids)
+    if nxt <= uid:
+        _uids = itertools.count(uid + 1)
+    return Var(name, dtype, uid)
+
 
 @dataclass(frozen=True, slots=True, repr=False)
 class BinOp(Expr):

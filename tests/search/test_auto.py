@@ -216,3 +216,25 @@ def test_opencl_target_gets_a_work_group_sketch(opencl, tmp_path):
     inputs, outs, args = make_arrays([A, B, D], 2)
     lt.build(s, [A, B, D], target=opencl)(*args)
     np.testing.assert_allclose(outs[0], _relu_mm(*inputs), rtol=1e-4, atol=1e-4)
+
+
+def test_a_dag_rebuilt_in_a_fresh_process_keeps_its_loop_variables_apart(monkeypatch):
+    """Workers unpickle the DAG: its variables keep their uids, and the worker's counter
+    moves past them (a fresh counter once handed a split's new loop the uid of an axis, and
+    every config of a transpose failed to fuse in the builders)."""
+    import itertools
+
+    from looptune.lang import expr
+    from looptune.search.auto import task_from_dag
+    monkeypatch.setattr(expr, "_uids", itertools.count(1))      # the uids a new process has
+    A = lt.placeholder((64, 64), "float32", name="A")    # square: a split of i by 1 gives
+    B = lt.compute((64, 64), lambda j, i: A[i, j], name="B")   # an outer loop equal to j
+    task = auto_task([A, B])
+    want = {i: str(lt.lower(*task.instantiate(i))) for i in range(len(task.config_space))}
+    spec = task.spec()
+    monkeypatch.setattr(expr, "_uids", itertools.count(1))      # as in a new process
+    from looptune.search import task as task_mod
+    monkeypatch.setattr(task_mod, "_TASKS", {})
+    again = task_from_dag(spec)
+    assert {i: str(lt.lower(*again.instantiate(i))) for i in want} == want
+    assert lt.var("n").uid > max(a.var.uid for a in again.template.auto_tensors[1].op.axis)
