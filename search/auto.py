@@ -23,7 +23,8 @@ rules, simplified:
 - any other stage (elementwise, transpose, row reductions, pooling, stencils): the innermost
   spatial loop split by a vector width (tails allowed) and the inner part vectorized — moved
   inside the reduction, where there is one, so the lanes are independent outputs (knob
-  ``vec``) — and the outer spatial loops fused and parallel.
+  ``vec``) — the loop above it split too, for 2-D tiles (knob ``rows``; a transpose wants
+  them), and the outer spatial loops fused and parallel.
 
 For an OpenCL target (``auto_task(tensors, target="opencl")``) each root stage instead gets
 one work-item per output element: the last two spatial loops split into work-groups x
@@ -302,6 +303,8 @@ def _simple_knobs(cfg, op, name: str) -> None:
         return
     cfg.define_knob(f"{name}.vec", ["none", "inner"] if op.reduce_axis else ["inner", "none"])
     _define_split(cfg, f"{name}.width", op.axis[-1], 64)
+    if len(op.axis) >= 2 and _extent(op.axis[-2]) > 1:
+        _define_split(cfg, f"{name}.rows", op.axis[-2], 64)      # 2-D tiles (transposes)
 
 
 def _vectorize_parallel(cfg, s: Schedule, T: Tensor, name: str) -> None:
@@ -314,9 +317,13 @@ def _vectorize_parallel(cfg, s: Schedule, T: Tensor, name: str) -> None:
         _fuse_parallel(st, axes)
         return
     o, i = cfg[f"{name}.width"].apply(s, T, axes[-1])
-    outer = axes[:-1] + [o]
-    if red:
-        st.reorder(*outer, *red, i)               # lanes = independent outputs
+    rows: list = []
+    if len(axes) >= 2 and _extent(axes[-2]) > 1:
+        yo, yi = cfg[f"{name}.rows"].apply(s, T, axes[-2])
+        outer, rows = axes[:-2] + [yo, o], [yi]
+    else:
+        outer = axes[:-1] + [o]
+    st.reorder(*outer, *rows, *red, i)            # lanes = independent outputs
     st.vectorize(i)
     _fuse_parallel(st, outer)
 
