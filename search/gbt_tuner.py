@@ -26,8 +26,12 @@ several tasks. The loop:
 
 Transfer: ``transfer_logs=[paths]`` adds the records of *other* tasks of those logs (their
 templates must be registered, i.e. imported) to the training data, each task's targets
-normalised on its own (records of this task are left to ``tune(resume=...)``). Two models are
-then kept once this task has ``n_init`` measurements: with and without the transferred data.
+normalised on its own (records of this task are left to ``tune(resume=...)``), weighted 0.5
+against this task's records at first and less as those accumulate (0.5 x 2 ``n_init`` / their
+number, past 2 ``n_init``). Until this task has ``n_init`` measurements, the transferred
+model's picks alternate with random ones (the random start of a search without transfer is
+kept: misleading transferred data cannot starve the target model of a spread sample). Two
+models are then kept: with and without the transferred data.
 Both predict every proposed config before it is measured; the model whose predictions have
 ordered the last ``window`` measured configs better (Kendall concordance) guides the
 annealing, and the two models' picks alternate in each batch, that model's first. So the
@@ -172,7 +176,9 @@ class GBTTuner(Tuner):
             # data can then at worst halve the share of the target-only model's picks
             rankings = [self._ranked_pool()] + [
                 self._ranked_pool(m) for m in self._models.values() if m is not self.model]
-            for k in range(n):
+            if len(self._models) == 1 and self.active == "transfer":
+                rankings.append(None)     # no target model yet: random picks alternate with
+            for k in range(n):            # the transferred model's, as without transfer
                 ranked = rankings[k % len(rankings)]
                 while ranked and ranked[0] in self.visited:
                     ranked.pop(0)
@@ -324,7 +330,8 @@ class GBTTuner(Tuner):
         self._models = {}
         if len(self._src_y):
             xs, ys = self._src_x, self._src_y
-            w_src = np.full(len(ys), 0.5)
+            # the transferred records count less as this task's own accumulate
+            w_src = np.full(len(ys), 0.5 * min(1.0, 2.0 * self.n_init / max(1, len(y))))
             if len(y):
                 xs, ys = np.vstack([xs, x]), np.concatenate([ys, y])
                 w_src = np.concatenate([w_src, np.ones(len(y))])

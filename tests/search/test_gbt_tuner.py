@@ -143,6 +143,44 @@ def test_transfer_warm_starts_from_another_task(task, fake_measure, tmp_path):
     assert t.active in ("transfer", "target") and len(t._scored) > 0
 
 
+def test_transfer_keeps_a_random_start_and_fades_as_data_accumulates(task, fake_measure,
+                                                                     tmp_path):
+    other = create_task("test_matmul", (8, 16, 16))
+    src = tmp_path / "other.jsonl"
+    t0 = RandomTuner(other, seed=0)
+    fake_measure(t0, _bowl(other))
+    t0.tune(30, OPT, callbacks=[log_to_file(src)])
+    t = GBTTuner(task, seed=0, transfer_logs=[src], explore=12, eps=0.0, n_init=8)
+    draws = []
+    orig = t._random_unvisited
+    t._random_unvisited = lambda *a: (draws.append(1), orig(*a))[1]
+    t.next_batch(8)                       # one plan before any measurement of this task
+    assert len(draws) >= 4                # every other pick is random, as without transfer
+    weights = []
+    fit = t._new_model
+    t._new_model = lambda: _Spy(fit(), weights)
+    fm = fake_measure(t, _bowl(task))
+    t.tune(48, OPT)
+    assert len(set(fm.measured)) == 48
+    src_w = [w[:len(t._src_y)].max() for w in weights if w is not None]
+    assert src_w[0] == 0.5 and src_w[-1] < 0.5 * 0.5     # 0.5 x 16 / 40 at the last plan
+
+
+class _Spy:
+    """Records the sample weights a model is fitted with."""
+
+    def __init__(self, model, log):
+        self.model, self.log = model, log
+
+    def fit(self, x, y, sample_weight=None):
+        self.log.append(sample_weight)
+        self.model.fit(x, y, sample_weight=sample_weight)
+        return self
+
+    def predict(self, x):
+        return self.model.predict(x)
+
+
 def test_transfer_ignores_records_of_the_same_task(task, fake_measure, tmp_path):
     log = tmp_path / "same.jsonl"
     t0 = RandomTuner(task, seed=0)
