@@ -11,10 +11,9 @@ from __future__ import annotations
 import argparse
 import os
 
+from looptune.search import MeasureOption, create_task
 from search_efficiency import TASKS
 from search_throughput import verify
-
-from looptune.search import MeasureOption, create_task
 
 
 def main() -> None:
