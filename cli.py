@@ -14,23 +14,13 @@ from pathlib import Path
 
 from .errors import LooptuneError
 from .operators import CLIError, Operator, load_operators, parse_args, select
-
-TUNERS = ("gbt", "ga", "sa", "random", "grid", "optuna")
+from .search.tuners import TUNERS, make_tuner
 
 
 def _tuner(name: str, task, seed: int, ns: argparse.Namespace):
-    from . import search
-    classes = {"ga": "GATuner", "sa": "SATuner", "random": "RandomTuner", "grid": "GridTuner",
-               "gbt": "GBTTuner", "optuna": "OptunaTuner"}
-    cls = getattr(search, classes[name], None)
-    if cls is None:
-        raise CLIError(f"the '{name}' tuner is not available in this looptune build; use one "
-                       "of ga, sa, random, grid")
-    if name == "grid":
-        return cls(task)
-    if name == "optuna":
-        return cls(task, sampler=ns.sampler, storage=ns.storage, study_name=ns.study, seed=seed)
-    return cls(task, seed=seed)
+    optuna = {"sampler": ns.sampler, "storage": ns.storage, "study_name": ns.study} \
+        if name == "optuna" else {}
+    return make_tuner(name, task, seed, **optuna)
 
 
 def cmd_tune(ns: argparse.Namespace) -> int:
@@ -46,8 +36,9 @@ def cmd_tune(ns: argparse.Namespace) -> int:
     else:
         task = search.create_task(op.name, args, target=ns.target)
     space = "an auto-generated space, " if ns.auto else ""
-    print(f"tuning {op.name}{tuple(args)} ({space}task {task.name}) on '{task.target}': {len(task.config_space)} configs, "
-          f"{ns.trials} trials with the {ns.tuner} tuner -> {log_path}", file=sys.stderr)
+    print(f"tuning {op.name}{tuple(args)} ({space}task {task.name}) on '{task.target}': "
+          f"{len(task.config_space)} configs, {ns.trials} trials with the {ns.tuner} tuner -> "
+          f"{log_path}", file=sys.stderr)
     tuner = _tuner(ns.tuner, task, ns.seed, ns)
     opt = search.MeasureOption(number=ns.number, repeat=ns.repeat, timeout=ns.timeout,
                                n_parallel=ns.parallel, min_repeat_ms=ns.min_repeat_ms)
@@ -58,8 +49,9 @@ def cmd_tune(ns: argparse.Namespace) -> int:
 
 
 def cmd_show(ns: argparse.Namespace) -> int:
-    from .operators import instantiate
     import looptune as lt
+
+    from .operators import instantiate
     op = select(load_operators(ns.file), ns.template)
     args = parse_args(ns.args, op)
     s, tensors, how = instantiate(op, args, ns.log, ns.target)
@@ -85,6 +77,7 @@ def cmd_bench(ns: argparse.Namespace) -> int:
 
 def cmd_export(ns: argparse.Namespace) -> int:
     import looptune as lt
+
     from .operators import instantiate
     mods = []
     for f in ns.files:

@@ -33,8 +33,15 @@ import sys
 import time
 
 import looptune as lt
-from looptune.search import (GATuner, MeasureOption, RandomTuner, SATuner, create_task,
-                             load_records, log_to_file, template)
+from looptune.search import (
+    GBTTuner,
+    MeasureOption,
+    create_task,
+    load_records,
+    log_to_file,
+    template,
+)
+from looptune.search.tuners import make_tuner as search_make_tuner
 
 # ---- the templates ---------------------------------------------------------------------------
 
@@ -168,21 +175,14 @@ def make_tuner(name: str, task, seed: int, out: str, task_name: str):
     name, kw = _options(name)
     if kw and not name.startswith("gbt"):
         raise SystemExit(f"options are only for the gbt tuners; got {name!r} with {kw}")
-    if name == "random":
-        return RandomTuner(task, seed=seed)
-    if name == "ga":
-        return GATuner(task, seed=seed)
-    if name == "sa":
-        return SATuner(task, seed=seed)
     if name == "gbt":
-        from looptune.search.gbt_tuner import GBTTuner
         return GBTTuner(task, seed=seed, **kw)
     if name == "gbt-transfer":
-        from looptune.search.gbt_tuner import GBTTuner
         return GBTTuner(task, seed=seed, transfer_logs=transfer_logs(out, task_name), **kw)
     if name.startswith("optuna-"):
-        from looptune.search.optuna_tuner import OptunaTuner
-        return OptunaTuner(task, sampler=name.split("-", 1)[1], seed=seed)
+        return search_make_tuner("optuna", task, seed, sampler=name.split("-", 1)[1])
+    if name in ("random", "ga", "sa"):
+        return search_make_tuner(name, task, seed)
     raise SystemExit(f"unknown tuner {name!r}")
 
 

@@ -40,7 +40,6 @@ definition only; worker processes get the DAG itself (pickled), as no module def
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 import pickle
 from collections.abc import Sequence
@@ -50,15 +49,10 @@ from ..errors import LooptuneError, ScheduleError
 from ..lang.expr import BinKind, Const
 from ..lang.tensor import ComputeOp, PlaceholderOp, Tensor
 from ..lang.visitor import ExprVisitor, collect_loads
-from ..schedule.schedule import Schedule, create_schedule
-from .space import ConfigSpace
+from ..schedule.schedule import Schedule, _topo_ops, create_schedule
 from .task import Task
 from .template import _REGISTRY, Template
-
-log = logging.getLogger("looptune.search.auto")
-
-TUNERS = ("gbt", "ga", "sa", "random", "grid", "optuna")
-
+from .tuners import TUNERS, make_tuner
 
 # ---- the DAG ---------------------------------------------------------------------------------
 
@@ -82,26 +76,12 @@ def _check_args(tensors) -> list[Tensor]:
         raise LooptuneError("auto_schedule: the arguments hold no computed tensor; add the "
                             "output (an lt.compute result) to the list")
     given = {id(t) for t in out}
-    for op in _topo(outputs):
+    for op in _topo_ops(outputs):
         if isinstance(op, PlaceholderOp) and id(op.output) not in given:
             raise LooptuneError(f"auto_schedule: placeholder '{op.output.name}' is read by "
                                 f"the computation but is not among the arguments; add it to "
                                 "the list")
     return out
-
-
-def _topo(outputs) -> list:
-    seen: dict[int, object] = {}
-
-    def visit(op):
-        if id(op) in seen:
-            return
-        for t in getattr(op, "inputs", ()):
-            visit(t.op)
-        seen[id(op)] = op
-    for t in outputs:
-        visit(t.op)
-    return list(seen.values())
 
 
 def dag_digest(tensors: Sequence[Tensor]) -> str:
@@ -110,7 +90,7 @@ def dag_digest(tensors: Sequence[Tensor]) -> str:
     outputs = [t for t in tensors if not isinstance(t.op, PlaceholderOp)]
     lines = []
     ids = {}
-    for op in _topo(outputs):
+    for op in _topo_ops(outputs):
         ids[id(op)] = len(ids)
         t = op.output
         body = str(op.body) if isinstance(op, ComputeOp) else "placeholder"
@@ -142,7 +122,7 @@ def is_contraction(op) -> bool:
     """A reduction multiplying loads, with at least two spatial loops longer than 1."""
     if not isinstance(op, ComputeOp) or not op.reduce_axis:
         return False
-    if sum(1 for a in op.axis if _extent(a) > 1) < 2:
+    if len(_long_axes(op)) < 2:
         return False
     v = _MulOfLoads()
     v.visit(op.body.source)
@@ -231,10 +211,20 @@ def _define_split(cfg, knob: str, loop, max_factor: int) -> None:
                          allow_non_divisible=True)
 
 
+def _long_axes(op) -> list[int]:
+    """Positions of the spatial loops longer than 1 (the ones worth tiling)."""
+    return [k for k, a in enumerate(op.axis) if _extent(a) > 1]
+
+
 def _tiled_axes(op) -> tuple[list[int], int]:
-    """Positions of the spatial loops a contraction tiles (extent > 1), and the last one."""
-    tiled = [k for k, a in enumerate(op.axis) if _extent(a) > 1]
+    """Positions of the spatial loops a contraction tiles, and the last one."""
+    tiled = _long_axes(op)
     return tiled, tiled[-1]
+
+
+def _gpu_axes(op) -> list[int]:
+    """The spatial loops the work-group sketch splits (the last one at least)."""
+    return _long_axes(op) or [len(op.axis) - 1]
 
 
 def _contraction_knobs(cfg, op, name: str, has_epilogue: bool) -> None:
@@ -331,7 +321,7 @@ def _vectorize_parallel(cfg, s: Schedule, T: Tensor, name: str) -> None:
 def _gpu_knobs(cfg, op, name: str, cacheable: bool) -> None:
     if not op.axis:
         return
-    tiled = [k for k, a in enumerate(op.axis) if _extent(a) > 1] or [len(op.axis) - 1]
+    tiled = _gpu_axes(op)
     if cacheable:
         cfg.define_knob(f"{name}.cache", [False, True])
     cfg.define_split(f"{name}.tx", op.axis[tiled[-1]], num_outputs=2, policy="power2",
@@ -354,7 +344,7 @@ def _gpu_bind(cfg, s: Schedule, T: Tensor, name: str, epilogue=None) -> None:
     op = s[T].op
     if not op.axis:
         return
-    tiled = [k for k, a in enumerate(op.axis) if _extent(a) > 1] or [len(op.axis) - 1]
+    tiled = _gpu_axes(op)
     CC = None
     if epilogue is not None:
         CC, T = T, epilogue.tensor
@@ -425,18 +415,6 @@ def task_from_dag(spec: dict) -> Task:
     return Task(_template_for(tensors, digest, gpu), (), spec["target"])
 
 
-def _make_tuner(tuner, task, seed):
-    from . import GATuner, GBTTuner, GridTuner, OptunaTuner, RandomTuner, SATuner
-    if not isinstance(tuner, str):
-        return tuner(task, seed=seed) if callable(tuner) else tuner
-    classes = {"gbt": GBTTuner, "ga": GATuner, "sa": SATuner, "random": RandomTuner,
-               "grid": GridTuner, "optuna": OptunaTuner}
-    if tuner not in classes:
-        raise LooptuneError(f"auto_schedule: tuner must be one of {', '.join(TUNERS)} (or a "
-                            f"Tuner class); got {tuner!r}")
-    return classes[tuner](task) if tuner == "grid" else classes[tuner](task, seed=seed)
-
-
 def auto_schedule(tensors: Sequence[Tensor], trials: int = 200, log_file: str | None = None,
                   *, target="c", tuner="gbt", measure_option=None, seed: int = 0,
                   resume: bool = True, progress: bool = False) -> Schedule:
@@ -456,10 +434,13 @@ def auto_schedule(tensors: Sequence[Tensor], trials: int = 200, log_file: str | 
     if trials == 0 and not log_file:
         raise LooptuneError("auto_schedule: trials=0 reads the best schedule from log_file; "
                             "give log_file, or trials >= 1")
+    if isinstance(tuner, str) and tuner not in TUNERS:
+        raise LooptuneError(f"auto_schedule: tuner must be one of {', '.join(TUNERS)} (or a "
+                            f"Tuner class); got {tuner!r}")
     task = auto_task(tensors, target)
     best_index = None
     if trials > 0:
-        t = _make_tuner(tuner, task, seed)
+        t = make_tuner(tuner, task, seed) if isinstance(tuner, str) else tuner(task, seed=seed)
         callbacks = [log_to_file(log_file)] if log_file else []
         if progress:
             callbacks.append(progress_bar())
@@ -483,8 +464,3 @@ def auto_schedule(tensors: Sequence[Tensor], trials: int = 200, log_file: str | 
                             f"{task.key} no longer gives a valid schedule ({e}); tune again "
                             "with a new log_file") from e
     return s
-
-
-def describe_space(tensors: Sequence[Tensor]) -> ConfigSpace:
-    """The generated config space of ``tensors`` (for inspection)."""
-    return auto_task(tensors).config_space

@@ -40,3 +40,22 @@ class GridTuner(Tuner):
             if self._take(i):
                 out.append(self.space.get(i))
         return out
+
+
+TUNERS = ("gbt", "ga", "sa", "random", "grid", "optuna")
+
+
+def make_tuner(name: str, task: Task, seed: int | None = None, **optuna) -> Tuner:
+    """A tuner by name (one of :data:`TUNERS`) for ``task``; ``optuna`` keyword arguments
+    (sampler, storage, study_name) go to the Optuna tuner. ``grid`` takes no seed."""
+    from . import GATuner, GBTTuner, OptunaTuner, SATuner
+    classes = {"gbt": GBTTuner, "ga": GATuner, "sa": SATuner, "random": RandomTuner,
+               "grid": GridTuner, "optuna": OptunaTuner}
+    if name not in classes:
+        from ..errors import LooptuneError
+        raise LooptuneError(f"unknown tuner {name!r}; use one of {', '.join(TUNERS)}")
+    if name == "grid":
+        return GridTuner(task)
+    if name == "optuna":
+        return OptunaTuner(task, seed=seed, **optuna)
+    return classes[name](task, seed=seed)
