@@ -143,11 +143,14 @@ def best_record(op: Operator, args: tuple, log: str, target: str, with_task: boo
     from . import search
     if not Path(log).is_file():
         raise CLIError(f"no such log: {log}")
+    records = search.load_records(log)
     task = search.create_task(op.name, args, target=target)
-    found = [(r, t) for t in (task, auto_task(op, args, target))
-             if (r := search.load_best(log, t)) is not None]
+    tasks = [task]
+    if any(r.task.name.startswith("auto_") for r in records):   # built only when it may match
+        tasks.append(auto_task(op, args, target))
+    found = [(r, t) for t in tasks if (r := search.load_best(records, t)) is not None]
     if not found:
-        keys = sorted({str(r.task) for r in search.load_records(log)})
+        keys = sorted({str(r.task) for r in records})
         raise CLIError(f"{log} holds no correct record of {task.key}; it has "
                        f"{'; '.join(keys[:5]) or 'no records'} (tune this task first, or pass "
                        "the --args it was tuned with)")

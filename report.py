@@ -107,7 +107,7 @@ def _table(rows) -> str:
 def summarise_tuning(op: Operator, args: tuple, target: str, log: Path) -> str:
     """Best config, its GFLOP/s, and its speedup over the fallback config and numpy."""
     rec, task = best_record(op, args, str(log), target, with_task=True)
-    s, tensors, _ = instantiate(op, args, str(log), target)
+    s, tensors = task.instantiate(rec.index)
     t, tn, flop = time_op(op, args, s, tensors, target, 5)
     if task.name.startswith("auto_"):
         fs, ftensors = task.instantiate(0)     # the generated space's first config
