@@ -30,7 +30,8 @@ from .tuner import Tuner, TuningError
 from .tuners import GridTuner, RandomTuner
 from .workers import worker_role
 
-__all__ = ["auto_schedule", "auto_task", "LogToFile", "ProgressBar", "log_to_file", "progress_bar", "count_flop", "GATuner", "GBTTuner", "OptunaTuner",
+__all__ = ["auto_schedule", "auto_task", "LogToFile", "ProgressBar", "log_to_file",
+           "progress_bar", "count_flop", "GATuner", "GBTTuner", "OptunaTuner",
            "ApplyHistoryBest", "LogWriter", "Record", "apply_history_best", "load_best",
            "load_records", "ErrorKind", "MeasureOption", "Measurer", "MeasureResult",
            "measure_configs", "SATuner", "ConfigEntity", "ConfigSpace", "FallbackConfig",

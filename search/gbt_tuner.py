@@ -9,9 +9,9 @@ several tasks. The loop:
 2. configs are proposed in plans of ``plan_size`` (measured ``n_parallel`` at a time); before
    each plan, a scikit-learn ``HistGradientBoostingRegressor`` is retrained on every
    measured config (a plan of 8 rather than one per batch of 2 cut the model time about
-   4x for the same trials to a good config on the benchmark tasks). The target is, by ``objective``: ``"rank"`` (default) each config's
-   throughput rank among the measured ones, scaled to [0, 1] — an order-only target that
-   outliers and failed candidates cannot distort; or ``"log"``, log throughput. (A pairwise
+   3-4x on the benchmark tasks). The target is, by ``objective``: ``"rank"`` (default) each
+   config's throughput rank among the measured ones, scaled to [0, 1] — an order-only
+   target that outliers and failed candidates cannot distort; or ``"log"``, log throughput. (A pairwise
    ranking model — a classifier on feature differences — ranked no better on the benchmark
    tasks' data and costs many more predictions, so it is not offered);
 3. to propose a batch, simulated annealing over the model walks ``n_chains`` chains of
