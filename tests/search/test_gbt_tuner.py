@@ -166,6 +166,83 @@ def test_transfer_keeps_a_random_start_and_fades_as_data_accumulates(task, fake_
     assert src_w[0] == 0.5 and src_w[-1] < 0.5 * 0.5     # 0.5 x 16 / 40 at the last plan
 
 
+def _source_log(tmp_path):
+    other = create_task("test_matmul", (8, 16, 16))
+    src = tmp_path / "other.jsonl"
+    t0 = RandomTuner(other, seed=0)
+    t0.make_measurer = lambda option: _fake(other, _bowl(other))
+    t0.tune(30, OPT, callbacks=[log_to_file(src)])
+    return src
+
+
+def _fake(task, cost):
+    from conftest import FakeMeasurer
+    return FakeMeasurer(task, cost, None)
+
+
+def _spy_rankings(t):
+    """Record every ranking of the pool a tuner makes, by model name."""
+    seen = []
+    orig = t._ranked_pool
+
+    def ranked(model=None):
+        out = orig(model)
+        name = next((k for k, m in t._models.items() if m is (model or t.model)), None)
+        seen.append((name, list(out)))
+        return out
+    t._ranked_pool = ranked
+    return seen
+
+
+def test_transfer_replaces_only_the_random_picks(task, fake_measure, tmp_path):
+    src = _source_log(tmp_path)
+    base = GBTTuner(task, seed=3, explore=12, n_init=8)
+    xt = GBTTuner(task, seed=3, explore=12, n_init=8, transfer_logs=[src])
+    b0 = [c.index for c in base.next_batch(8)]
+    b1 = [c.index for c in xt.next_batch(8)]
+    # the random start draws the same configs; transfer takes every other slot
+    assert b1[1::2] == b0[1::2] and not set(b1[0::2]) & set(b0)
+    left = [i for i in xt._pool if i not in xt.visited]
+    pred = xt._predict(b1[0::2] + left, xt._models["transfer"])
+    assert min(pred[:4]) >= max(pred[4:])       # the transferred model's best unmeasured
+    fake_measure(xt, _bowl(task))
+    xt.tune(16, OPT)
+    assert set(xt._models) == {"transfer", "target"} and xt.active == "target"
+    # past the random start the target model's picks are kept: eps=0 -> none replaced
+    xt.eps, xt.transfer_trusted = 0.0, True
+    seen = _spy_rankings(xt)
+    plan = xt._make_plan(8)
+    target = [r for name, r in seen if name == "target"][-1]    # the last: after annealing
+    assert plan == target[:8]
+    # ... and eps=1 -> every (random) pick is the transferred model's instead
+    xt.eps = 1.0
+    seen.clear()
+    plan = xt._make_plan(8)
+    xfer = [r for name, r in seen if name == "transfer"][-1]
+    assert plan == xfer[:8]
+
+
+def test_untrusted_transfer_leaves_the_random_picks_random(task, fake_measure, tmp_path):
+    xt = GBTTuner(task, seed=1, explore=12, n_init=8, transfer_logs=[_source_log(tmp_path)])
+    fake_measure(xt, _bowl(task))
+    xt.tune(16, OPT)
+    xt._scored = [(-float(f), float(f)) for f in range(20)]    # transfer ranks backwards
+    xt._choose_model()
+    assert not xt.transfer_trusted
+    xt.eps = 1.0
+    draws = []
+    orig = xt._random_unvisited
+
+    def drawn(*a):
+        draws.append(orig(*a))
+        return draws[-1]
+    xt._random_unvisited = drawn
+    assert xt._make_plan(8) == draws[-8:]
+    xt._scored = [(float(f), float(f)) for f in range(20)]     # ... and now forwards
+    xt._choose_model()
+    assert xt.transfer_trusted
+
+
 class _Spy:
     """Records the sample weights a model is fitted with."""
 
