@@ -30,18 +30,19 @@ templates must be registered, i.e. imported). A second model, the transferred mo
 trained on them (each task's targets normalised on its own; records of this task are left to
 ``tune(resume=...)``) together with this task's records, the transferred ones weighted 0.5
 at first and less as this task's own accumulate (0.5 x 2 ``n_init`` / their number, past 2
-``n_init``). Transfer only ever replaces the *random* picks of the search without transfer:
-every other pick of the random start, and the ``eps`` share of random picks afterwards, go
-to the transferred model's best unmeasured config instead. The target-only model, its
-annealing and its picks are those of the search without transfer, and the random draws they
-make come from the same generator (transfer-only work draws from its own): with one seed,
-the random start of both searches draws the same configs, and the transfer run measures
-every other. The transferred model is trusted only while it orders the last ``window``
-measured configs better than chance (a Kendall concordance over 0.55; a random pick's is
-0.5): otherwise the random pick stands. Transfer can so help the early trials, and cannot
-take a pick from the model of this task. (Letting the two models' picks alternate instead
-raised the mean best on the benchmark, but lost up to 8% in one seed of six: "never worse
-than no transfer" is the rule.)
+``n_init``). Transfer only ever replaces *random* picks of the search without transfer:
+every other pick of the random start, and every other one of the ``eps`` share of random
+picks afterwards, go to the transferred model's best unmeasured config instead. The
+target-only model, its annealing and its picks are those of the search without transfer, and
+the random draws they make come from the same generator (transfer-only work draws from its
+own): with one seed, the random start of both searches draws the same configs, and the
+transfer run measures every other. The transferred picks must earn their slots: once at
+least ``min_compare`` of them and of the random picks are measured, transfer is set aside
+for good if its picks rank lower, on average, among this task's measurements than the random
+picks do. Transfer can so help the early trials, cannot take a pick from the model of this
+task, and stops taking random picks when it does worse than they do. (Letting the two
+models' picks alternate instead raised the mean best on the benchmark, but lost up to 8% in
+one seed of six.)
 """
 from __future__ import annotations
 
@@ -62,7 +63,6 @@ from .tuner import Tuner
 log = logging.getLogger("looptune.search.gbt_tuner")
 
 OBJECTIVES = ("rank", "log")
-TRUST = 0.55      # the transferred model's concordance above which its picks replace random ones
 
 
 def _targets(fit: np.ndarray, objective: str) -> np.ndarray:
@@ -88,15 +88,6 @@ def _one_thread():
     return threadpool_limits(limits=1, user_api="openmp")
 
 
-def _concordance(pred: Sequence[float], y: Sequence[float]) -> float:
-    """Kendall-style share of pairs that ``pred`` orders as ``y`` does (ties in y skipped)."""
-    p, t = np.asarray(pred), np.asarray(y)
-    dp = np.sign(p[:, None] - p[None, :])
-    dt = np.sign(t[:, None] - t[None, :])
-    mask = dt != 0
-    return float((dp[mask] == dt[mask]).mean()) if mask.any() else 0.5
-
-
 class GBTTuner(Tuner):
     """Cost-model-guided search: gradient-boosted trees on loop-nest features, simulated
     annealing over the model, an ``eps`` share of random configs, optional transfer.
@@ -113,7 +104,8 @@ class GBTTuner(Tuner):
                  n_init: int = 12, eps: float = 0.1, explore: int = 64, n_chains: int = 8,
                  sa_steps: int = 12, random_share: float = 0.5, plan_size: int = 8,
                  transfer_logs: Sequence | None = None,
-                 max_transfer: int = 400, window: int = 40, model_params: dict | None = None):
+                 max_transfer: int = 400, min_compare: int = 4,
+                 model_params: dict | None = None):
         super().__init__(task, seed)
         if objective not in OBJECTIVES:
             raise LooptuneError(f"GBTTuner: objective must be one of {', '.join(OBJECTIVES)}; "
@@ -129,7 +121,7 @@ class GBTTuner(Tuner):
         self.random_share = random_share
         self.objective, self.n_init, self.eps = objective, n_init, eps
         self.explore, self.n_chains, self.sa_steps = explore, n_chains, sa_steps
-        self.window = window
+        self.min_compare = min_compare
         self.model_params = {"max_iter": 120, "learning_rate": 0.1, "max_leaf_nodes": 15,
                              "min_samples_leaf": 3, "l2_regularization": 1.0,
                              "early_stopping": False}
@@ -140,8 +132,8 @@ class GBTTuner(Tuner):
         self._dims = self.space.dims
         self.model = None                               # the model that anneals
         self._models: dict[str, object] = {}            # "transfer" / "target"
-        self._pending: dict[int, float] = {}            # proposed -> transferred prediction
-        self._scored: list[tuple[float, float]] = []    # (that prediction, fitness)
+        self._slot: dict[int, str] = {}                 # random slot's pick -> "random"/"transfer"
+        self._random_slots = 0
         self.active = "target"
         self.transfer_trusted = True
         # transfer-only randomness has its own generator: self.rng draws as without transfer
@@ -150,6 +142,11 @@ class GBTTuner(Tuner):
         if len(self._src_y):
             self.active = "transfer"
             self._retrain()
+
+    @property
+    def n_transferred(self) -> int:
+        """How many records of other tasks the transferred model learns from."""
+        return len(self._src_y)
 
     # ---- features ----------------------------------------------------------------------------
 
@@ -202,19 +199,25 @@ class GBTTuner(Tuner):
             else:
                 # a random pick of the search without transfer (drawn even when transfer
                 # replaces it, so the draws that follow stay those of that search): every
-                # other one of the random start, and every eps one, goes to transfer
+                # other one goes to the transferred model while its picks earn their slots
                 i = self._random_unvisited()
-                if xfer is not None and (target is not None or k % 2 == 0):
+                self._random_slots += 1
+                kind = "random"
+                if xfer is not None and self._random_slots % 2 == 1:
                     while xranked and xranked[0] in self.visited:
                         xranked.pop(0)
                     if xranked:
-                        i = xranked.pop(0)
+                        i, kind = xranked.pop(0), "transfer"
+                if i is not None and self._xfer_data():
+                    self._slot[i] = kind
             if i is not None and self._take(i):
                 out.append(i)
         for i in out:
             self._pool.pop(i, None)
-        self._remember_predictions(out)
         return out
+
+    def _xfer_data(self) -> bool:
+        return len(self._src_y) > 0
 
     @contextlib.contextmanager
     def _own_rng(self):
@@ -320,20 +323,7 @@ class GBTTuner(Tuner):
             fit = self.fitness(r)
             self._fit[c.index] = fit
             self._pool.pop(c.index, None)
-            pred = self._pending.pop(c.index, None)
-            if pred is not None:
-                self._scored.append((pred, fit))
         self._stale = True            # retrained when the plan runs out
-
-    def _remember_predictions(self, indices: list[int]) -> None:
-        """The transferred model's predictions of the proposed configs, to be checked
-        against their measurements (whichever model or random draw proposed them)."""
-        m = self._models.get("transfer")
-        valid = [i for i in indices if self._feat.get(i) is not None]
-        if m is None or not valid:
-            return
-        for i, p in zip(valid, self._predict(valid, m)):
-            self._pending[i] = float(p)
 
     def _training_set(self) -> tuple[np.ndarray, np.ndarray]:
         idx = [i for i in self._fit if self.features(i) is not None]
@@ -369,15 +359,20 @@ class GBTTuner(Tuner):
 
     def _choose_model(self) -> None:
         """The target-only model anneals once it exists (the transferred one before); the
-        transferred model stays trusted while it orders recent measurements better than
-        chance."""
-        recent = self._scored[-self.window:]
-        if "transfer" in self._models and len(recent) >= 8:
-            c = _concordance([p for p, _ in recent], [f for _, f in recent])
-            if self.transfer_trusted != (c > TRUST):
-                log.info("GBTTuner: transfer %s (concordance %.2f on the last %d configs)",
-                         "trusted again" if c > TRUST else "set aside", c, len(recent))
-            self.transfer_trusted = c > TRUST
+        transferred model is set aside for good once its picks rank lower than the random
+        picks among this task's measurements."""
+        if self.transfer_trusted and "transfer" in self._models:
+            rank = dict(zip(self._fit, _targets(list(self._fit.values()), "rank")))
+            by = {"random": [], "transfer": []}
+            for i, kind in self._slot.items():
+                if i in rank:
+                    by[kind].append(rank[i])
+            if min(len(v) for v in by.values()) >= self.min_compare and \
+                    np.mean(by["transfer"]) < np.mean(by["random"]):
+                self.transfer_trusted = False
+                log.info("GBTTuner: transfer set aside: its %d picks rank %.2f on average among "
+                         "this task's measurements, %d random picks %.2f", len(by["transfer"]),
+                         np.mean(by["transfer"]), len(by["random"]), np.mean(by["random"]))
         self.active = "target" if "target" in self._models else \
             "transfer" if self._models else "target"
         self.model = self._models.get(self.active)

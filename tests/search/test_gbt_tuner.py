@@ -11,7 +11,7 @@ import looptune as lt
 from looptune.errors import LooptuneError
 from looptune.search import (MeasureOption, RandomTuner, apply_history_best, create_task,
                              load_records, log_to_file)
-from looptune.search.gbt_tuner import GBTTuner, _concordance, _targets
+from looptune.search.gbt_tuner import GBTTuner, _targets
 
 OPT = MeasureOption(n_parallel=4)
 
@@ -34,14 +34,12 @@ def _bowl(task, fail_every: int | None = None):
     return cost
 
 
-def test_targets_and_concordance():
+def test_targets():
     fit = np.array([2.0, 0.0, 8.0, 4.0])
     assert list(_targets(fit, "rank")) == pytest.approx([1 / 3, 0.0, 1.0, 2 / 3])
     assert list(_targets([0.0, 5.0, 0.0], "rank")) == pytest.approx([0.25, 1.0, 0.25])
     log = _targets(fit, "log")
     assert log[2] == 0.0 and log[0] == pytest.approx(np.log(2 / 8)) and log[1] < log[0]
-    assert _concordance([1, 2, 3], [10, 20, 30]) == 1.0
-    assert _concordance([3, 2, 1], [10, 20, 30]) == 0.0
 
 
 def test_same_seed_same_proposals_never_twice(task, fake_measure):
@@ -140,7 +138,7 @@ def test_transfer_warm_starts_from_another_task(task, fake_measure, tmp_path):
     t.tune(28, OPT)
     assert len(set(fm.measured)) == 28
     assert set(t._models) == {"transfer", "target"}             # both kept once data exists
-    assert t.active in ("transfer", "target") and len(t._scored) > 0
+    assert t.active == "target" and "transfer" in t._slot.values()
 
 
 def test_transfer_keeps_a_random_start_and_fades_as_data_accumulates(task, fake_measure,
@@ -214,20 +212,30 @@ def test_transfer_replaces_only_the_random_picks(task, fake_measure, tmp_path):
     plan = xt._make_plan(8)
     target = [r for name, r in seen if name == "target"][-1]    # the last: after annealing
     assert plan == target[:8]
-    # ... and eps=1 -> every (random) pick is the transferred model's instead
+    # ... and eps=1 -> every slot is random, every other one the transferred model's best
     xt.eps = 1.0
     seen.clear()
     plan = xt._make_plan(8)
     xfer = [r for name, r in seen if name == "transfer"][-1]
-    assert plan == xfer[:8]
+    kinds = [xt._slot[i] for i in plan]
+    assert kinds in (["transfer", "random"] * 4, ["random", "transfer"] * 4)
+    assert [i for i in plan if xt._slot[i] == "transfer"] == xfer[:4]
 
 
-def test_untrusted_transfer_leaves_the_random_picks_random(task, fake_measure, tmp_path):
-    xt = GBTTuner(task, seed=1, explore=12, n_init=8, transfer_logs=[_source_log(tmp_path)])
-    fake_measure(xt, _bowl(task))
-    xt.tune(16, OPT)
-    xt._scored = [(-float(f), float(f)) for f in range(20)]    # transfer ranks backwards
-    xt._choose_model()
+def test_transfer_picks_must_earn_their_slots(task, fake_measure, tmp_path):
+    """Transfer is set aside for good once its picks rank lower than the random picks among
+    this task's measurements; the random slots are then random again."""
+    src = _source_log(tmp_path)
+    bowl = _bowl(task)
+
+    def run(transfer_cost):
+        xt = GBTTuner(task, seed=1, explore=12, n_init=8, transfer_logs=[src])
+        fake_measure(xt, lambda i: transfer_cost if xt._slot.get(i) == "transfer"
+                     else bowl(i))
+        xt.tune(16, OPT)
+        assert list(xt._slot.values())[:8] == ["transfer", "random"] * 4   # the random start
+        return xt
+    xt = run(1.0)                 # the transferred picks are the slowest configs of all
     assert not xt.transfer_trusted
     xt.eps = 1.0
     draws = []
@@ -237,10 +245,8 @@ def test_untrusted_transfer_leaves_the_random_picks_random(task, fake_measure, t
         draws.append(orig(*a))
         return draws[-1]
     xt._random_unvisited = drawn
-    assert xt._make_plan(8) == draws[-8:]
-    xt._scored = [(float(f), float(f)) for f in range(20)]     # ... and now forwards
-    xt._choose_model()
-    assert xt.transfer_trusted
+    assert xt._make_plan(8) == draws[-8:]                     # every slot random again
+    assert run(1e-6).transfer_trusted                         # ... the fastest: kept
 
 
 class _Spy:
