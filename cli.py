@@ -20,7 +20,7 @@ from .search.tuners import TUNERS, make_tuner
 def _tuner(name: str, task, seed: int, ns: argparse.Namespace):
     optuna = {"sampler": ns.sampler, "storage": ns.storage, "study_name": ns.study} \
         if name == "optuna" else {}
-    return make_tuner(name, task, seed, **optuna)
+    return make_tuner(name, task, seed, transfer_logs=ns.transfer, **optuna)
 
 
 def cmd_tune(ns: argparse.Namespace) -> int:
@@ -30,6 +30,12 @@ def cmd_tune(ns: argparse.Namespace) -> int:
     args = parse_args(ns.args, op)
     log_path = Path(ns.log or f"{op.name}.jsonl")
     _check_writable(log_path)
+    if ns.transfer and ns.tuner != "gbt":
+        raise CLIError(f"--transfer warm-starts the cost model of the gbt tuner; the "
+                       f"{ns.tuner} tuner has none: add --tuner gbt, or drop --transfer")
+    for f in ns.transfer or ():
+        if not Path(f).is_file():
+            raise CLIError(f"--transfer: no such log: {f}")
     if ns.auto:
         from .operators import auto_task
         task = auto_task(op, args, ns.target)
@@ -40,6 +46,13 @@ def cmd_tune(ns: argparse.Namespace) -> int:
           f"{len(task.config_space)} configs, {ns.trials} trials with the {ns.tuner} tuner -> "
           f"{log_path}", file=sys.stderr)
     tuner = _tuner(ns.tuner, task, ns.seed, ns)
+    if ns.transfer:
+        if not tuner.n_transferred:
+            raise CLIError(f"--transfer: {', '.join(ns.transfer)} hold no usable records of "
+                           f"other tasks (this task's own records are skipped: --resume "
+                           f"reuses those; another operator's need its file's template)")
+        print(f"transfer: the cost model starts from {tuner.n_transferred} records of other "
+              f"tasks", file=sys.stderr)
     opt = search.MeasureOption(number=ns.number, repeat=ns.repeat, timeout=ns.timeout,
                                n_parallel=ns.parallel, min_repeat_ms=ns.min_repeat_ms)
     tuner.tune(ns.trials, opt, callbacks=[search.log_to_file(log_path), search.progress_bar()],
@@ -135,6 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--number", type=int, default=3)
     t.add_argument("--repeat", type=int, default=3)
     t.add_argument("--min-repeat-ms", type=float, default=0.0)
+    t.add_argument("--transfer", nargs="+", metavar="LOG", default=None,
+                   help="warm-start the gbt tuner's cost model from these logs of other "
+                        "tasks (e.g. other sizes of the operator)")
     t.add_argument("--sampler", default="tpe", help="Optuna sampler (with --tuner optuna)")
     t.add_argument("--storage", default=None, help="Optuna storage URL shared by workers")
     t.add_argument("--study", default=None, help="Optuna study name shared by workers")

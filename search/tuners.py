@@ -5,6 +5,8 @@ space, ``RandomTuner`` proposes the same sequence.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from .space import ConfigEntity
 from .task import Task
 from .tuner import Tuner
@@ -45,17 +47,24 @@ class GridTuner(Tuner):
 TUNERS = ("gbt", "ga", "sa", "random", "grid", "optuna")
 
 
-def make_tuner(name: str, task: Task, seed: int | None = None, **optuna) -> Tuner:
-    """A tuner by name (one of :data:`TUNERS`) for ``task``; ``optuna`` keyword arguments
-    (sampler, storage, study_name) go to the Optuna tuner. ``grid`` takes no seed."""
+def make_tuner(name: str, task: Task, seed: int | None = None,
+               transfer_logs: Sequence | None = None, **optuna) -> Tuner:
+    """A tuner by name (one of :data:`TUNERS`) for ``task``. ``transfer_logs`` (logs of other
+    tasks) warm-start the ``gbt`` tuner; ``optuna`` keyword arguments (sampler, storage,
+    study_name) go to the Optuna tuner. ``grid`` takes no seed."""
+    from ..errors import LooptuneError
     from . import GATuner, GBTTuner, OptunaTuner, SATuner
     classes = {"gbt": GBTTuner, "ga": GATuner, "sa": SATuner, "random": RandomTuner,
                "grid": GridTuner, "optuna": OptunaTuner}
     if name not in classes:
-        from ..errors import LooptuneError
         raise LooptuneError(f"unknown tuner {name!r}; use one of {', '.join(TUNERS)}")
+    if transfer_logs and name != "gbt":
+        raise LooptuneError(f"transfer logs warm-start the cost model of the gbt tuner; the "
+                            f"{name!r} tuner has none: use tuner 'gbt' or drop the logs")
     if name == "grid":
         return GridTuner(task)
     if name == "optuna":
         return OptunaTuner(task, seed=seed, **optuna)
+    if name == "gbt":
+        return GBTTuner(task, seed=seed, transfer_logs=transfer_logs)
     return classes[name](task, seed=seed)

@@ -100,6 +100,34 @@ def test_user_errors_are_one_line(argv, message, capsys):
     assert message in err and "\n" not in err and "Traceback" not in err
 
 
+def test_tune_gbt_transfers_from_another_size(tuned_log, tmp_path, capsys):
+    log = tmp_path / "mm40.jsonl"
+    assert main(["tune", MATMUL, "--args", "40,48,32", "--tuner", "gbt", "--trials", "4",
+                 "--transfer", str(tuned_log), "--log", str(log), "--number", "1",
+                 "--repeat", "2"]) == 0
+    err = capsys.readouterr().err
+    n = len(tuned_log.read_text().splitlines())
+    assert f"the cost model starts from {n} records of other tasks" in err
+    assert len(log.read_text().splitlines()) == 4
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--tuner", "ga"], "the ga tuner has none: add --tuner gbt"),
+    (["--tuner", "gbt"], "hold no usable records of other tasks"),   # only its own records
+])
+def test_transfer_errors(tuned_log, extra, message, tmp_path, capsys):
+    assert main(["tune", MATMUL, "--args", SMALL, "--trials", "2", "--transfer",
+                 str(tuned_log), "--log", str(tmp_path / "x.jsonl"), *extra]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert message in err
+
+
+def test_transfer_log_must_exist(tmp_path, capsys):
+    assert main(["tune", MATMUL, "--args", SMALL, "--tuner", "gbt", "--trials", "2",
+                 "--transfer", "/no/such.jsonl", "--log", str(tmp_path / "x.jsonl")]) == 2
+    assert "--transfer: no such log: /no/such.jsonl" in capsys.readouterr().err
+
+
 def test_log_of_another_task(tuned_log, capsys):
     assert main(["show", SOFTMAX, "--log", str(tuned_log)]) == 2
     err = capsys.readouterr().err
