@@ -20,6 +20,10 @@ rules, simplified:
   reduction loop split in two; the order of the reduction loops around the tile, unrolling
   (the tile rows or the inner reduction) and the vector width of the innermost spatial loop
   are knobs;
+- a row statistic or row-wise intermediate (softmax's max, exponentials and sum; a
+  normalisation's mean and variance) may be computed per row of the elementwise output that
+  alone reads it (knob ``<stage>.at``: ``root`` or ``row``), the row reductions rfactored over
+  vector lanes (knob ``<stage>.lanes``); the output then runs row by row, rows in parallel;
 - any other stage (elementwise, transpose, row reductions, pooling, stencils): the innermost
   spatial loop split by a vector width (tails allowed) and the inner part vectorized — moved
   inside the reduction, where there is one, so the lanes are independent outputs (knob
@@ -53,6 +57,8 @@ from ..schedule.schedule import Schedule, _topo_ops, create_schedule
 from .task import Task
 from .template import _REGISTRY, Template
 from .tuners import TUNERS, make_tuner
+
+SKETCH_VERSION = 2     # 2: row statistics computed per row of their output
 
 # ---- the DAG ---------------------------------------------------------------------------------
 
@@ -98,6 +104,7 @@ def dag_digest(tensors: Sequence[Tensor]) -> str:
                getattr(op, "reduce_axis", ())]
         lines.append(f"{t.name}|{list(t.shape)}|{t.dtype}|{body}|{red}")
     lines.append("args:" + ",".join(str(ids.get(id(t.op), -1)) for t in tensors))
+    lines.append(f"sketch:{SKETCH_VERSION}")     # a new sketch's space: a new task
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
 
 
@@ -159,9 +166,13 @@ def sketch(cfg, tensors: list[Tensor], gpu: bool = False) -> tuple[Schedule, lis
                 epilogue[id(st)] = readers[0]
     fused = {id(r) for r in epilogue.values()}
     rooted = [st for st in reversed(stages) if id(st) not in fused]
+    per_row = _row_consumers(s, stages, outputs, fused)
     # 1. the knobs
     for st in inlinable:
         cfg.define_knob(f"{names[id(st)]}.inline", [True, False])
+    for st in stages:
+        if id(st) in per_row:
+            _row_knobs(cfg, st.op, names[id(st)])
     for st in rooted:
         if gpu:
             _gpu_knobs(cfg, st.op, names[id(st)], is_contraction(st.op) and
@@ -174,16 +185,102 @@ def sketch(cfg, tensors: list[Tensor], gpu: bool = False) -> tuple[Schedule, lis
     for st in inlinable:
         if cfg[f"{names[id(st)]}.inline"].val:
             st.compute_inline()
+    # computed per row of their output: consumers decide first, as a stage can be computed
+    # per row only if each of its readers is that output or computed per row too (else its
+    # knob is ignored and it stays at root)
+    attached: set[int] = set()
+    for st in reversed(stages):
+        if id(st) in per_row and st.attach[0] != "inline" and \
+                cfg[f"{names[id(st)]}.at"].val == "row" and \
+                all(r is per_row[id(st)] or id(r) in attached for r in _readers(s, st)):
+            attached.add(id(st))
+    at_row: dict[int, list] = {}       # output stage -> its stages computed per row, in order
+    for st in stages:
+        if id(st) in attached:
+            at_row.setdefault(id(per_row[id(st)]), []).append(st)
     for st in rooted:
-        if st.attach[0] == "inline":
+        if st.attach[0] == "inline" or id(st) in attached:
             continue
         if gpu:
             _gpu_bind(cfg, s, st.tensor, names[id(st)], epilogue.get(id(st)))
         elif is_contraction(st.op):
             _tile_contraction(cfg, s, st.tensor, names[id(st)], epilogue.get(id(st)))
+        elif id(st) in at_row:
+            _per_row(cfg, s, st.tensor, names, at_row[id(st)])
         else:
             _vectorize_parallel(cfg, s, st.tensor, names[id(st)])
     return s, tensors
+
+
+def _row_consumers(s: Schedule, stages, outputs, fused) -> dict:
+    """Stages that may be computed per row of an output (knob ``<stage>.at``), mapped to it:
+    row statistics and row-wise intermediates (softmax's max, exponentials and sum; a
+    normalisation's mean and variance) of an elementwise output, the only output reading
+    them, whose shape is theirs plus a last axis, or theirs. Computed at that output's row
+    loop, such a stage reads its inputs once per row while they are in cache, instead of
+    a whole pass over memory per stage."""
+    out = {}
+    cpu_outputs = [s[t] for t in outputs]
+    for st in stages:
+        if st.is_output or id(st) in fused or is_contraction(st.op):
+            continue
+        readers = [o for o in cpu_outputs if s._reads_transitively(o, st)]
+        if len(readers) != 1:
+            continue
+        o = readers[0]
+        if o.op.reduce_axis or id(o) in fused or len(o.op.axis) < 2:
+            continue
+        shape, oshape = [_extent(a) for a in st.op.axis], [_extent(a) for a in o.op.axis]
+        if shape in (oshape, oshape[:-1]):
+            out[id(st)] = o
+    return out
+
+
+def _readers(s: Schedule, st) -> list:
+    """The stages reading ``st``, looking through inlined ones."""
+    out = []
+    for r in s.readers(st):
+        out += _readers(s, r) if r.attach[0] == "inline" else [r]
+    return out
+
+
+def _row_knobs(cfg, op, name: str) -> None:
+    cfg.define_knob(f"{name}.at", ["root", "row"])
+    if _has_lanes(op):
+        cfg.define_knob(f"{name}.lanes", [16, 8, 1])     # rfactor lanes of the row reduction
+
+
+def _has_lanes(op) -> bool:
+    return len(op.reduce_axis) == 1 and _extent(op.reduce_axis[0]) > 1
+
+
+def _per_row(cfg, s: Schedule, T: Tensor, names: dict, producers: list) -> None:
+    """Output ``T`` row by row (the loops above its last fused and parallel), its last loop
+    vectorized; ``producers`` computed at the row loop, in order: row reductions rfactored
+    over ``lanes`` vector lanes (the partials vectorize, then are combined), row-wise
+    intermediates vectorized along the row."""
+    st = s[T]
+    axes = list(st.op.axis)
+    row = _fuse_parallel(st, axes[:-1])
+    name = names[id(st)]
+    if _extent(axes[-1]) > 1 and cfg[f"{name}.vec"].val == "inner":
+        _, i = cfg[f"{name}.width"].apply(s, T, axes[-1])
+        st.vectorize(i)
+    for p in producers:
+        pname = names[id(p)]
+        lanes = cfg[f"{pname}.lanes"].val if _has_lanes(p.op) else 1
+        if lanes > 1:
+            (k,) = p.op.reduce_axis
+            _, ki = p.split(k, factor=lanes)
+            rf = s[s.rfactor(p.tensor, ki)]
+            rf.compute_at(st, row)
+            lane, _ = rf.op.axis
+            (ko,) = rf.op.reduce_axis
+            rf.reorder(ko, lane)
+            rf.vectorize(lane)
+        p.compute_at(st, row)
+        if not p.op.reduce_axis and p.op.axis and _extent(p.op.axis[-1]) > 1:
+            p.vectorize(p.op.axis[-1])
 
 
 def _is_epilogue(reader, st, out_ids) -> bool:
