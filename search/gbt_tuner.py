@@ -208,16 +208,13 @@ class GBTTuner(Tuner):
                         xranked.pop(0)
                     if xranked:
                         i, kind = xranked.pop(0), "transfer"
-                if i is not None and self._xfer_data():
+                if i is not None and self.n_transferred:
                     self._slot[i] = kind
             if i is not None and self._take(i):
                 out.append(i)
         for i in out:
             self._pool.pop(i, None)
         return out
-
-    def _xfer_data(self) -> bool:
-        return len(self._src_y) > 0
 
     @contextlib.contextmanager
     def _own_rng(self):

@@ -9,6 +9,8 @@ import pytest
 from looptune.report import make_arrays
 from looptune.search import MeasureOption, auto_schedule, auto_task
 from looptune.search.auto import dag_digest, is_contraction
+from util import run_check
+from util import softmax as util_softmax
 
 OPT = MeasureOption(number=1, repeat=2, timeout=20, n_parallel=2)
 
@@ -77,22 +79,6 @@ def test_inline_knob_for_injective_intermediates_and_both_choices_exact():
     assert seen == {True, False}
 
 
-def _softmax(N=7, M=37):
-    x = lt.placeholder((N, M), "float32", name="x")
-    k1 = lt.reduce_axis(M, name="k1")
-    mx = lt.compute((N,), lambda i: lt.max(x[i, k1], axis=k1), name="rowmax")
-    e = lt.compute((N, M), lambda i, j: lt.exp(x[i, j] - mx[i]), name="e")
-    k2 = lt.reduce_axis(M, name="k2")
-    sm = lt.compute((N,), lambda i: lt.sum(e[i, k2], axis=k2), name="rowsum")
-    out = lt.compute((N, M), lambda i, j: e[i, j] / sm[i], name="out")
-    return x, out
-
-
-def _softmax_np(x):
-    e = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
-    return e / e.sum(axis=1, keepdims=True)
-
-
 def _pick(space, values: dict):
     """The config of ``space`` with these knob values (the first choice of the others)."""
     names = list(space.knobs)
@@ -103,34 +89,37 @@ def _pick(space, values: dict):
 
 
 def test_row_statistics_computed_per_row_of_the_output():
-    x, out = _softmax()
-    task = auto_task([x, out])
+    w = util_softmax(N=7, M=37)
+    data = w.make_data(np.random.default_rng(0))
+    want = w.reference(data)
+    task = auto_task(w.args)
     sp = task.config_space
-    assert {"rowmax.at", "rowmax.lanes", "rowsum.at", "rowsum.lanes", "e.at"} <= set(sp.knobs)
-    assert "out.at" not in sp.knobs                       # an output stays at root
+    assert {"rowmax.at", "rowmax.lanes", "rowsum.at", "rowsum.lanes", "expx.at"} <= \
+        set(sp.knobs)
+    assert "softmax.at" not in sp.knobs                   # an output stays at root
     attach = {}
 
-    def run(values):
-        s, tensors = task.instantiate(_pick(sp, values))
-        _check(s, tensors, _softmax_np)
+    def run(cfg):
+        s, tensors = task.instantiate(cfg)
+        run_check(s, tensors, data, want, **w.tol)
         attach.update({st.name: st.attach[0] for st in s.stages})
         return s
-    s = run({"e.inline": False, "e.at": "row", "rowmax.at": "row", "rowsum.at": "row",
-             "rowmax.lanes": 16, "rowsum.lanes": 8})
-    assert [attach[n] for n in ("rowmax", "rowmax.rf", "e", "rowsum", "rowsum.rf")] == \
+    s = run(_pick(sp, {"expx.inline": False, "expx.at": "row", "rowmax.at": "row",
+                       "rowsum.at": "row", "rowmax.lanes": 16, "rowsum.lanes": 8}))
+    assert [attach[n] for n in ("rowmax", "rowmax.rf", "expx", "rowsum", "rowsum.rf")] == \
         ["at"] * 5
-    assert s.stage("rowmax").attach[1] is s.stage("out")
-    # e inlined: the reductions read x per row, no rfactor with one lane
-    run({"e.inline": True, "rowmax.at": "row", "rowsum.at": "row", "rowmax.lanes": 1,
-         "rowsum.lanes": 1})
-    assert attach["rowmax"] == attach["rowsum"] == "at" and attach["e"] == "inline"
-    # rowmax per row, but its reader e at root (it needs every row first): rowmax stays
+    assert s.stage("rowmax").attach[1] is s.stage("softmax")
+    # expx inlined: the reductions read X per row, no rfactor with one lane
+    run(_pick(sp, {"expx.inline": True, "rowmax.at": "row", "rowsum.at": "row",
+                   "rowmax.lanes": 1, "rowsum.lanes": 1}))
+    assert attach["rowmax"] == attach["rowsum"] == "at" and attach["expx"] == "inline"
+    # rowmax per row, but its reader expx at root (it needs every row first): rowmax stays
     # at root, where it is valid, instead of an invalid schedule
-    run({"e.inline": False, "e.at": "root", "rowmax.at": "row", "rowsum.at": "row"})
-    assert attach["rowmax"] == attach["e"] == "root" and attach["rowsum"] == "at"
+    run(_pick(sp, {"expx.inline": False, "expx.at": "root", "rowmax.at": "row",
+                   "rowsum.at": "row"}))
+    assert attach["rowmax"] == attach["expx"] == "root" and attach["rowsum"] == "at"
     for cfg in sp.sample(16, 5):
-        s, tensors = task.instantiate(cfg)
-        _check(s, tensors, _softmax_np)
+        run(cfg)
 
 
 def test_digest_names_the_definition():
