@@ -95,10 +95,10 @@ def cmd_export(ns: argparse.Namespace) -> int:
     mods = []
     for f in ns.files:
         for op in load_operators(f):
-            args = parse_args(None, op)
-            s, tensors, how = instantiate(op, args, ns.log, "c")
+            args = parse_args(ns.args, op)
+            s, tensors, how = instantiate(op, args, ns.log, ns.target)
             print(f"{op.c_name}: {how}", file=sys.stderr)
-            mods.append(lt.build(s, tensors, target="c", name=op.c_name))
+            mods.append(lt.build(s, tensors, target=ns.target, name=op.c_name))
     paths = lt.export_library(mods, ns.output)
     for p in paths.values():
         print(p)
@@ -175,7 +175,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("export", help="export operators as a C library (.so .a .h .c)")
     e.add_argument("files", nargs="+", metavar="FILE")
+    e.add_argument("--args", help="arguments for every operator (default: each file's)")
     e.add_argument("--log", help="use each operator's best tuned config from this log")
+    e.add_argument("--target", default="c", help="c (default) or an opencl target: the "
+                   "library then runs the kernels through the OpenCL loader")
     e.add_argument("-o", "--output", required=True, help="library path without extension")
     e.set_defaults(func=cmd_export)
 

@@ -5,6 +5,8 @@ Skipped, with the reason, where pyopencl is missing or no device can compile a k
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
 
 import looptune as lt
 import numpy as np
@@ -211,7 +213,8 @@ def test_blocks_without_threads(target):
 def test_float16_is_refused(target):
     X = lt.placeholder((4,), "float16", name="X")
     Y = lt.compute((4,), lambda i: X[i] + X[i], name="Y")
-    with pytest.raises(lt.BuildError, match="computes in float16, which the opencl target does not support"):
+    with pytest.raises(lt.BuildError, match="computes in float16, which the opencl target "
+                                            "does not support"):
         lt.build(lt.create_schedule(Y), [X, Y], target=target)
 
 
@@ -325,8 +328,127 @@ def test_program_cache_and_module_surface(target, tmp_path):
     assert k.name == "cached_C"
     assert [b.name for b in k.buffers] == ["A", "B", "C"] and k.local_size is not None
     assert "__kernel" in f.source and "opencl" in repr(f)
-    with pytest.raises(lt.BuildError, match="only target 'c'"):
-        lt.export_library(f, tmp_path / "libops")
+
+
+# ---- export: a C program runs the OpenCL functions of an exported library --------------------
+
+CL_MAIN = r"""
+#include "libmix.h"
+#include <stdio.h>
+#include <stdlib.h>
+static void fill(float *x, long n, int seed) {
+  for (long i = 0; i < n; ++i) x[i] = (float)((i * 7 + seed * 13) % 23) / 8.0f - 1.0f;
+}
+static void dump(const char *tag, const float *x, long n) {
+  printf("%s", tag);
+  for (long i = 0; i < n; ++i) printf(" %.9g", x[i]);
+  printf("\n");
+}
+int main(void) {
+  static float a[33 * 40], b[40 * 17], c[33 * 17], x[37 * 53], y[37 * 53], z[37 * 53];
+  fill(a, 33 * 40, 1); fill(b, 40 * 17, 2); fill(x, 37 * 53, 3);
+  int rc = mm(a, b, c, 33, 40, 17);
+  if (rc) { printf("mm %d %s\n", rc, libmix_opencl_error()); return 1; }
+  dump("mm", c, 33 * 17);
+  rc = mm(a, b, c, 0, 2, 9);                     /* empty: no launch, no error */
+  if (rc) { printf("mm0 %d %s\n", rc, libmix_opencl_error()); return 1; }
+  rc = softmax(x, y);
+  if (rc) { printf("softmax %d %s\n", rc, libmix_opencl_error()); return 1; }
+  dump("softmax", y, 37 * 53);
+  if (softmax_c(x, z)) return 2;                 /* a C function of the same library */
+  dump("softmax_c", z, 37 * 53);
+  return 0;
+}
+"""
+
+
+def _fill(n: int, seed: int) -> np.ndarray:
+    i = np.arange(n, dtype=np.int64)
+    return ((i * 7 + seed * 13) % 23).astype(np.float32) / np.float32(8.0) - np.float32(1.0)
+
+
+def _loader_env() -> dict:
+    """The environment for a C program to open the OpenCL ICD loader pyopencl runs on: the
+    one its wheel bundles (which finds its drivers through $PYOPENCL_HOME and crashes in
+    clGetPlatformIDs without it), else the system's."""
+    import ctypes.util
+    import glob
+    home = os.path.dirname(cl.__file__)
+    libs = sorted(glob.glob(os.path.join(home, ".libs", "libOpenCL*.so*")))
+    if libs:
+        return dict(os.environ, LOOPTUNE_OPENCL_LIBRARY=libs[0], PYOPENCL_HOME=home)
+    found = ctypes.util.find_library("OpenCL")
+    if found is None:
+        pytest.skip("no OpenCL ICD loader library found for a C program to open")
+    return dict(os.environ, LOOPTUNE_OPENCL_LIBRARY=found)
+
+
+def _mixed_library(target, tmp_path):
+    n, m, kk = lt.var("n"), lt.var("m"), lt.var("k")
+    A = lt.placeholder((n, kk), "float32", name="A")
+    B = lt.placeholder((kk, m), "float32", name="B")
+    k = lt.reduce_axis(kk, name="k")
+    C = lt.compute((n, m), lambda i, j: lt.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = lt.create_schedule(C)
+    bind_2d(s, C, 4, 8)
+    mm = lt.build(s, [A, B, C], target=target, name="mm")
+    w = util.softmax(37, 53)
+    s = w.schedule()
+    for T in (w["rowmax"], w["rowsum"]):
+        bind_1d(s, T, 8)
+    for T in (w["expx"], w["softmax"]):
+        bind_2d(s, T, 4, 16)
+    sm = lt.build(s, w.args, target=target, name="softmax")
+    assert len(sm.kernels) == 4 and len(sm.temporaries) == 3
+    smc = lt.build(w.schedule(), w.args, name="softmax_c")
+    paths = lt.export_library([mm, sm, smc], tmp_path / "libmix")
+    (tmp_path / "main.c").write_text(CL_MAIN)
+    exe = tmp_path / "app"
+    subprocess.run(["gcc", "-o", str(exe), str(tmp_path / "main.c"), "-I", str(tmp_path),
+                    "-L", str(tmp_path), "-lmix", f"-Wl,-rpath,{tmp_path}"], check=True)
+    return paths, exe
+
+
+def test_exported_library_runs_opencl_functions_from_c(target, tmp_path):
+    paths, exe = _mixed_library(target, tmp_path)
+    header = paths["h"].read_text()
+    assert "int mm(const float *A, const float *B, float *C, int64_t n, int64_t k, " \
+           "int64_t m);" in header
+    assert "const char *libmix_opencl_error(void);" in header
+    assert "runs on an OpenCL device" in header
+    out = subprocess.run([str(exe)], capture_output=True, text=True, env=_loader_env(),
+                         timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = {line.split()[0]: np.array(line.split()[1:], np.float32)
+            for line in out.stdout.strip().splitlines()}
+    a, b = _fill(33 * 40, 1).reshape(33, 40), _fill(40 * 17, 2).reshape(40, 17)
+    np.testing.assert_allclose(rows["mm"].reshape(33, 17), a.astype(np.float64) @ b,
+                               rtol=1e-5, atol=1e-5)
+    x = _fill(37 * 53, 3).reshape(37, 53).astype(np.float64)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    ref = e / e.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(rows["softmax"].reshape(37, 53), ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(rows["softmax_c"].reshape(37, 53), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_exported_opencl_function_without_a_loader_says_so(target, tmp_path):
+    _, exe = _mixed_library(target, tmp_path)
+    env = dict(os.environ, LOOPTUNE_OPENCL_LIBRARY=str(tmp_path / "no" / "libOpenCL.so"))
+    out = subprocess.run([str(exe)], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 1
+    assert out.stdout.startswith("mm -1 mm: cannot load the OpenCL loader ")
+    assert str(tmp_path / "no" / "libOpenCL.so") in out.stdout
+    assert "LOOPTUNE_OPENCL_LIBRARY" in out.stdout
+
+
+def test_export_refuses_opencl_functions_of_two_targets(target, tmp_path):
+    w = util.matmul(9, 10, 11)
+    s = w.schedule()
+    bind_2d(s, w["C"], 4, 4)
+    f = lt.build(s, w.args, target=target, name="mm1")
+    g = lt.build(s, w.args, target=lt.Target("opencl", {"platform": "pocl"}), name="mm2")
+    with pytest.raises(lt.BuildError, match="one library runs on one device"):
+        lt.export_library([f, g], tmp_path / "libtwo")
 
 
 def test_argument_checks(target):

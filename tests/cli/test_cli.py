@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from looptune.cli import main
@@ -74,6 +75,46 @@ def test_export_builds_a_library(tmp_path, capsys):
     assert "int matmul(" in header and "int softmax(" in header
     for ext in ("so", "a", "c"):
         assert (tmp_path / f"libops.{ext}").stat().st_size > 0
+
+
+@pytest.mark.opencl
+def test_export_an_opencl_tuned_operator_runs_from_the_library(tmp_path, capsys, monkeypatch):
+    """tune --auto --target opencl, then export --target opencl: the library's function runs
+    the tuned kernels through the OpenCL loader and gets numpy's numbers."""
+    cl = pytest.importorskip("pyopencl", reason="the opencl target needs pyopencl")
+    import ctypes
+    import glob
+    import os
+
+    import looptune as lt
+    from looptune.backends.opencl import select_device
+    try:
+        select_device(lt.Target.parse("opencl"))
+    except lt.BuildError as e:
+        pytest.skip(f"no usable OpenCL device: {e}")
+    log, out = tmp_path / "sm.jsonl", tmp_path / "libsm"
+    assert main(["tune", SOFTMAX, "--args", "64,96", "--auto", "--target", "opencl",
+                 "--tuner", "random", "--trials", "3", "--log", str(log), "--number", "1",
+                 "--repeat", "1"]) == 0
+    assert main(["export", SOFTMAX, "--args", "64,96", "--log", str(log), "--target",
+                 "opencl", "-o", str(out)]) == 0
+    assert "softmax: auto-scheduled config #" in capsys.readouterr().err
+    header = (tmp_path / "libsm.h").read_text()
+    assert "int softmax(const float *x, float *out);" in header
+    assert "runs on an OpenCL device" in header
+    loader = sorted(glob.glob(os.path.join(os.path.dirname(cl.__file__), ".libs",
+                                           "libOpenCL*.so*")))
+    if loader:        # pyopencl's own loader (it has PYOPENCL_HOME set, which that one needs)
+        monkeypatch.setenv("LOOPTUNE_OPENCL_LIBRARY", loader[0])
+    lib = ctypes.CDLL(str(tmp_path / "libsm.so"))
+    x = np.random.default_rng(0).standard_normal((64, 96)).astype(np.float32)
+    y = np.zeros_like(x)
+    ptr = ctypes.POINTER(ctypes.c_float)
+    rc = lib.softmax(x.ctypes.data_as(ptr), y.ctypes.data_as(ptr))
+    lib.libsm_opencl_error.restype = ctypes.c_char_p
+    assert rc == 0, lib.libsm_opencl_error()
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(y, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
 
 
 def test_report_prints_top_configs_and_writes_png(tuned_log, tmp_path, capsys):
