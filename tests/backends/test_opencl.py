@@ -128,14 +128,19 @@ def test_softmax_one_kernel_with_compute_at(target):
     assert len(f.kernels) == 1 and not f.temporaries
 
 
-def test_softmax_one_kernel_per_root_stage(target):
-    w = util.softmax(37, 53)
+def softmax_kernel_per_stage(w):
+    """Schedule softmax ``w`` as one kernel per root stage (row statistics 1-D, others 2-D)."""
     s = w.schedule()
     for T in (w["rowmax"], w["rowsum"]):
         bind_1d(s, T, 8)
     for T in (w["expx"], w["softmax"]):
         bind_2d(s, T, 4, 16)
-    f = check(s, w, target)
+    return s
+
+
+def test_softmax_one_kernel_per_root_stage(target):
+    w = util.softmax(37, 53)
+    f = check(softmax_kernel_per_stage(w), w, target)
     assert [k.name for k in f.kernels] == [
         "softmax_rowmax", "softmax_expx", "softmax_rowsum", "softmax_softmax"]
     assert [b.name for b in f.temporaries] == ["rowmax", "expx", "rowsum"]
@@ -237,7 +242,8 @@ def test_producer_longer_than_the_launch_is_strided(target, monkeypatch):
     assert "if (x < blur_x_ext1)" in f.source
 
 
-def test_symbolic_sizes(target):
+def symbolic_matmul(target):
+    """C[n, m] = A[n, k] @ B[k, m] of symbolic sizes in 4 x 8 work-groups, built as "mm"."""
     n, m, kk = lt.var("n"), lt.var("m"), lt.var("k")
     A = lt.placeholder((n, kk), "float32", name="A")
     B = lt.placeholder((kk, m), "float32", name="B")
@@ -245,7 +251,11 @@ def test_symbolic_sizes(target):
     C = lt.compute((n, m), lambda i, j: lt.sum(A[i, k] * B[k, j], axis=k), name="C")
     s = lt.create_schedule(C)
     bind_2d(s, C, 4, 8)
-    f = lt.build(s, [A, B, C], target=target, name="mm")
+    return lt.build(s, [A, B, C], target=target, name="mm"), (n, m, kk), (A, B, C)
+
+
+def test_symbolic_sizes(target):
+    f, (n, m, kk), (A, B, C) = symbolic_matmul(target)
     rng = np.random.default_rng(1)
     for N, M, K in [(5, 7, 3), (33, 17, 40), (0, 9, 2), (6, 0, 1)]:
         a, b = util.rand(rng, (N, K)), util.rand(rng, (K, M))
@@ -384,21 +394,9 @@ def _loader_env() -> dict:
 
 
 def _mixed_library(target, tmp_path):
-    n, m, kk = lt.var("n"), lt.var("m"), lt.var("k")
-    A = lt.placeholder((n, kk), "float32", name="A")
-    B = lt.placeholder((kk, m), "float32", name="B")
-    k = lt.reduce_axis(kk, name="k")
-    C = lt.compute((n, m), lambda i, j: lt.sum(A[i, k] * B[k, j], axis=k), name="C")
-    s = lt.create_schedule(C)
-    bind_2d(s, C, 4, 8)
-    mm = lt.build(s, [A, B, C], target=target, name="mm")
+    mm = symbolic_matmul(target)[0]
     w = util.softmax(37, 53)
-    s = w.schedule()
-    for T in (w["rowmax"], w["rowsum"]):
-        bind_1d(s, T, 8)
-    for T in (w["expx"], w["softmax"]):
-        bind_2d(s, T, 4, 16)
-    sm = lt.build(s, w.args, target=target, name="softmax")
+    sm = lt.build(softmax_kernel_per_stage(w), w.args, target=target, name="softmax")
     assert len(sm.kernels) == 4 and len(sm.temporaries) == 3
     smc = lt.build(w.schedule(), w.args, name="softmax_c")
     paths = lt.export_library([mm, sm, smc], tmp_path / "libmix")
