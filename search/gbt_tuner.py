@@ -22,8 +22,9 @@ several tasks. The loop:
    ``random_share`` of that budget goes to random configs, for a global view of the space.
    Every scored, never-measured config joins a pool that the current model re-ranks each
    batch;
-4. the plan is the pool's best predictions; each slot is instead a random config with
-   probability ``eps``. No config is measured twice.
+4. the plan is the pool's best predictions (with ``diversity`` > 0, traded for knob values
+   that the plan does not have yet, among the best 4 plans' worth); each slot is instead a
+   random config with probability ``eps``. No config is measured twice.
 
 Transfer: ``transfer_logs=[paths]`` adds the records of *other* tasks of those logs (their
 templates must be registered, i.e. imported). A second model, the transferred model, is
@@ -31,18 +32,20 @@ trained on them (each task's targets normalised on its own; records of this task
 ``tune(resume=...)``) together with this task's records, the transferred ones weighted 0.5
 at first and less as this task's own accumulate (0.5 x 2 ``n_init`` / their number, past 2
 ``n_init``). Transfer only ever replaces *random* picks of the search without transfer:
-every other pick of the random start, and every other one of the ``eps`` share of random
-picks afterwards, go to the transferred model's best unmeasured config instead. The
-target-only model, its annealing and its picks are those of the search without transfer, and
-the random draws they make come from the same generator (transfer-only work draws from its
-own): with one seed, the random start of both searches draws the same configs, and the
-transfer run measures every other. The transferred picks must earn their slots: once at
-least ``min_compare`` of them and of the random picks are measured, transfer is set aside
-for good if its picks rank lower, on average, among this task's measurements than the random
-picks do. Transfer can so help the early trials, cannot take a pick from the model of this
-task, and stops taking random picks when it does worse than they do. (Letting the two
-models' picks alternate instead raised the mean best on the benchmark, but lost up to 8% in
-one seed of six.)
+with ``transfer_slots="start"`` (default) every other pick of the random start goes to the
+transferred model's best unmeasured config instead; with ``"random"`` also every other one
+of the ``eps`` share of random picks afterwards. The target-only model, its annealing and its
+picks are those of the search without transfer, and the random draws they make come from the
+same generator (transfer-only work draws from its own): with one seed, the random start of
+both searches draws the same configs, and the transfer run measures every other. The
+transferred picks must earn their slots: once at least ``min_compare`` of them and of the
+random picks are measured, transfer is set aside for good if its picks rank lower, on
+average, among this task's measurements than the random picks do. Transfer can so help the
+early trials, cannot take a pick from the model of this task, and stops taking random picks
+when it does worse than they do. (Letting the two models' picks alternate instead raised the
+mean best on the benchmark, but lost up to 8% in one seed of six. Taking eps slots too,
+``"random"``, raised the mean best on sgemm but lowered it on the conv2d layer, where
+fewer random picks left the late search stuck near the transferred region.)
 """
 from __future__ import annotations
 
@@ -63,6 +66,7 @@ from .tuner import Tuner
 log = logging.getLogger("looptune.search.gbt_tuner")
 
 OBJECTIVES = ("rank", "log")
+TRANSFER_SLOTS = ("start", "random")   # the random start only / also the eps share after
 
 
 def _targets(fit: np.ndarray, objective: str) -> np.ndarray:
@@ -103,7 +107,8 @@ class GBTTuner(Tuner):
     def __init__(self, task: Task, seed: int | None = None, objective: str = "rank",
                  n_init: int = 12, eps: float = 0.1, explore: int = 64, n_chains: int = 8,
                  sa_steps: int = 12, random_share: float = 0.5, plan_size: int = 8,
-                 transfer_logs: Sequence | None = None,
+                 diversity: float = 0.5,
+                 transfer_logs: Sequence | None = None, transfer_slots: str = "start",
                  max_transfer: int = 400, min_compare: int = 4,
                  model_params: dict | None = None):
         super().__init__(task, seed)
@@ -111,10 +116,15 @@ class GBTTuner(Tuner):
             raise LooptuneError(f"GBTTuner: objective must be one of {', '.join(OBJECTIVES)}; "
                                 f"got {objective!r}")
         if not 0.0 <= eps <= 1.0 or not 0.0 <= random_share <= 1.0 or n_init < 1 \
-                or explore < 1 or n_chains < 1 or plan_size < 1:
+                or explore < 1 or n_chains < 1 or plan_size < 1 or not diversity >= 0.0:
             raise LooptuneError("GBTTuner: need 0 <= eps <= 1, 0 <= random_share <= 1, "
-                                "n_init >= 1, explore >= 1, n_chains >= 1 and "
-                                "plan_size >= 1")
+                                "n_init >= 1, explore >= 1, n_chains >= 1, "
+                                "plan_size >= 1 and diversity >= 0")
+        self.diversity = diversity
+        if transfer_slots not in TRANSFER_SLOTS:
+            raise LooptuneError(f"GBTTuner: transfer_slots must be one of "
+                                f"{', '.join(TRANSFER_SLOTS)}; got {transfer_slots!r}")
+        self.transfer_slots = transfer_slots
         self.plan_size = plan_size
         self._plan: list[int] = []       # proposed (visited), not yet handed out
         self._stale = False
@@ -180,6 +190,8 @@ class GBTTuner(Tuner):
     def _make_plan(self, n: int) -> list[int]:
         target = self._models.get("target")
         xfer = self._models.get("transfer") if self.transfer_trusted else None
+        if target is not None and self.transfer_slots == "start":
+            xfer = None                          # past the random start: as without transfer
         ranked: list[int] = []
         xranked: list[int] = []
         if target is not None:
@@ -191,11 +203,12 @@ class GBTTuner(Tuner):
         if xfer is not None:
             xranked = self._ranked_pool(xfer)
         out: list[int] = []
+        covered: list[set] = [set() for _ in self._dims]      # knob values picked in this plan
         for k in range(n):
             while ranked and ranked[0] in self.visited:
                 ranked.pop(0)
             if target is not None and ranked and not self.rng.random() < self.eps:
-                i = ranked.pop(0)
+                i = ranked.pop(self._diverse_pick(ranked, covered, n))
             else:
                 # a random pick of the search without transfer (drawn even when transfer
                 # replaces it, so the draws that follow stay those of that search): every
@@ -212,9 +225,32 @@ class GBTTuner(Tuner):
                     self._slot[i] = kind
             if i is not None and self._take(i):
                 out.append(i)
+                for c, v in zip(covered, self.space.vector(i)):
+                    c.add(v)
         for i in out:
             self._pool.pop(i, None)
         return out
+
+    def _diverse_pick(self, ranked: list[int], covered: list[set], n: int) -> int:
+        """Where in ``ranked`` (best first) the next model pick is: the best one, or with
+        ``diversity`` > 0, the one of the best ``4 n`` that maximises its rank score (1 for
+        the best, falling linearly) + ``diversity`` x the share of its knob values that no
+        config of this plan has yet: a plan spread over the space rather than 8 neighbours
+        of one config (AutoTVM's submodular pick works the same way)."""
+        if self.diversity <= 0.0:
+            return 0
+        window = [k for k in range(min(len(ranked), 4 * n)) if ranked[k] not in self.visited]
+        if not window:
+            return 0
+        span = max(1, 4 * n)
+        best, best_val = window[0], -math.inf
+        for k in window:
+            vec = self.space.vector(ranked[k])
+            new = sum(1 for c, v in zip(covered, vec) if v not in c) / max(1, len(vec))
+            val = 1.0 - k / span + self.diversity * new
+            if val > best_val:
+                best, best_val = k, val
+        return best
 
     @contextlib.contextmanager
     def _own_rng(self):

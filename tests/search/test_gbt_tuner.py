@@ -115,6 +115,24 @@ def test_plans_retrain_once_per_plan_and_hand_out_every_config_once(task, fake_m
     assert t.model is not None
 
 
+def test_diversity_trades_predicted_rank_for_knob_values_new_to_the_plan(task):
+    space = task.config_space
+    dims = space.dims
+    same = space.index_of([0] * len(dims))
+    near = space.index_of([1 if dims[0] > 1 else 0] + [0] * (len(dims) - 1))
+    far = space.index_of([1 if d > 1 else 0 for d in dims])
+    covered = [{0} for _ in dims]                       # the plan holds config ``same``'s values
+    ranked = [same, near, far]
+    assert GBTTuner(task, diversity=0.0)._diverse_pick(list(ranked), covered, 8) == 0
+    t = GBTTuner(task, diversity=0.5)
+    assert t._diverse_pick(list(ranked), covered, 8) == 2       # every movable knob is new
+    assert t._diverse_pick([same, near], covered, 8) == 1       # one new value beats 1/32 rank
+    # far down the ranking (past 4 plans' worth) a config is not considered at all
+    assert t._diverse_pick([same] + [near] * 31 + [far], covered, 8) == 1
+    t.visited.add(far)
+    assert t._diverse_pick(list(ranked), covered, 8) == 1       # measured ones are passed over
+
+
 def test_bad_arguments():
     task = create_task("test_matmul", (8, 8, 8))
     with pytest.raises(LooptuneError, match="objective"):
@@ -123,6 +141,11 @@ def test_bad_arguments():
         GBTTuner(task, eps=2.0)
     with pytest.raises(lt.LooptuneError, match="plan_size"):
         GBTTuner(task, plan_size=0)
+    with pytest.raises(LooptuneError, match="diversity"):
+        GBTTuner(task, diversity=-1.0)
+    with pytest.raises(LooptuneError, match=r"transfer_slots must be one of start, random; "
+                                            r"got 'eps'"):
+        GBTTuner(task, transfer_slots="eps")
 
 
 def test_transfer_warm_starts_from_another_task(task, fake_measure, tmp_path):
@@ -192,10 +215,22 @@ def _spy_rankings(t):
     return seen
 
 
+def _record_draws(t):
+    """Record every random config a tuner draws."""
+    draws = []
+    orig = t._random_unvisited
+
+    def drawn(*a):
+        draws.append(orig(*a))
+        return draws[-1]
+    t._random_unvisited = drawn
+    return draws
+
+
 def test_transfer_replaces_only_the_random_picks(task, fake_measure, tmp_path):
     src = _source_log(tmp_path)
-    base = GBTTuner(task, seed=3, explore=12, n_init=8)
-    xt = GBTTuner(task, seed=3, explore=12, n_init=8, transfer_logs=[src])
+    base = GBTTuner(task, seed=3, explore=12, n_init=8, diversity=0.0)
+    xt = GBTTuner(task, seed=3, explore=12, n_init=8, transfer_logs=[src], diversity=0.0)
     b0 = [c.index for c in base.next_batch(8)]
     b1 = [c.index for c in xt.next_batch(8)]
     # the random start draws the same configs; transfer takes every other slot
@@ -212,8 +247,13 @@ def test_transfer_replaces_only_the_random_picks(task, fake_measure, tmp_path):
     plan = xt._make_plan(8)
     target = [r for name, r in seen if name == "target"][-1]    # the last: after annealing
     assert plan == target[:8]
-    # ... and eps=1 -> every slot is random, every other one the transferred model's best
+    # ... and eps=1 -> every slot random: past the start (transfer_slots="start") as drawn
     xt.eps = 1.0
+    draws = _record_draws(xt)
+    plan = xt._make_plan(8)
+    assert plan == draws[-8:] and {xt._slot[i] for i in plan} == {"random"}
+    # ... with transfer_slots="random" every other one is the transferred model's best
+    xt.transfer_slots = "random"
     seen.clear()
     plan = xt._make_plan(8)
     xfer = [r for name, r in seen if name == "transfer"][-1]
@@ -238,13 +278,7 @@ def test_transfer_picks_must_earn_their_slots(task, fake_measure, tmp_path):
     xt = run(1.0)                 # the transferred picks are the slowest configs of all
     assert not xt.transfer_trusted
     xt.eps = 1.0
-    draws = []
-    orig = xt._random_unvisited
-
-    def drawn(*a):
-        draws.append(orig(*a))
-        return draws[-1]
-    xt._random_unvisited = drawn
+    draws = _record_draws(xt)
     assert xt._make_plan(8) == draws[-8:]                     # every slot random again
     assert run(1e-6).transfer_trusted                         # ... the fastest: kept
 
