@@ -29,23 +29,34 @@ several tasks. The loop:
 Transfer: ``transfer_logs=[paths]`` adds the records of *other* tasks of those logs (their
 templates must be registered, i.e. imported). A second model, the transferred model, is
 trained on them (each task's targets normalised on its own; records of this task are left to
-``tune(resume=...)``) together with this task's records, the transferred ones weighted 0.5
-at first and less as this task's own accumulate (0.5 x 2 ``n_init`` / their number, past 2
-``n_init``). Transfer only ever replaces *random* picks of the search without transfer:
-with ``transfer_slots="start"`` (default) every other pick of the random start goes to the
-transferred model's best unmeasured config instead; with ``"random"`` also every other one
-of the ``eps`` share of random picks afterwards. The target-only model, its annealing and its
-picks are those of the search without transfer, and the random draws they make come from the
-same generator (transfer-only work draws from its own): with one seed, the random start of
-both searches draws the same configs, and the transfer run measures every other. The
-transferred picks must earn their slots: once at least ``min_compare`` of them and of the
-random picks are measured, transfer is set aside for good if its picks rank lower, on
-average, among this task's measurements than the random picks do. Transfer can so help the
-early trials, cannot take a pick from the model of this task, and stops taking random picks
-when it does worse than they do. (Letting the two models' picks alternate instead raised the
-mean best on the benchmark, but lost up to 8% in one seed of six. Taking eps slots too,
-``"random"``, raised the mean best on sgemm but lowered it on the conv2d layer, where
-fewer random picks left the late search stuck near the transferred region.)
+``tune(resume=...)``). How it takes part is ``transfer_slots``:
+
+- ``"warm"`` (default): a warm start. The first ``n_warm`` trials are the transferred model's
+  best predictions (spread over knob values as ``diversity`` asks), explored and ranked on the
+  side with a generator, pool and feature cache of their own. Then the search runs as without
+  transfer: the same random draws, the same pool, and a model that never learns from the warm
+  picks (nor starts annealing chains from them), so it cannot be drawn into the region of the
+  other task's optimum. Transfer then costs the search ``n_warm`` trials of its budget and
+  adds ``n_warm`` informed early candidates.
+- ``"start"``: every other pick of the random start is the transferred model's best
+  unmeasured config instead, and this task's model learns from them. The transferred model is
+  also trained on this task's records, weighted 0.5 at first and less as they accumulate
+  (0.5 x 2 ``n_init`` / their number, past 2 ``n_init``).
+- ``"random"``: as ``"start"``, and afterwards also every other one of the ``eps`` share of
+  random picks.
+
+With ``"start"`` and ``"random"`` the transferred picks must earn their slots: once at least
+``min_compare`` of them and of the random picks are measured, transfer is set aside for good
+if its picks rank lower, on average, among this task's measurements than the random picks do.
+Why ``"warm"`` is the default: it is the one mode that cannot lead the search astray: under
+a deterministic cost its search makes the very picks of the search without transfer (tested),
+so it can only lose the ``n_warm`` trials it gives up, and gain its informed early picks. On
+the benchmark, ``"start"`` raised the means once (sgemm 401 -> 435, the conv2d layer 368 ->
+401 GFLOP/s, 5 seeds, diversity 0) and once left 4 conv2d seeds of 5 near sgemm's best
+register tile (8x1x32, 348-374 GFLOP/s, where the search without transfer found 8x2x16 at
+404-429; that run was also measured last of each seed's runs, see the benchmark's notes on
+run order). (Letting the two models' picks alternate raised the mean best on sgemm but lost
+up to 8% in one seed of six; ``"random"`` raised sgemm's and lowered the conv2d layer's.)
 """
 from __future__ import annotations
 
@@ -66,7 +77,7 @@ from .tuner import Tuner
 log = logging.getLogger("looptune.search.gbt_tuner")
 
 OBJECTIVES = ("rank", "log")
-TRANSFER_SLOTS = ("start", "random")   # the random start only / also the eps share after
+TRANSFER_SLOTS = ("warm", "start", "random")
 
 
 def _targets(fit: np.ndarray, objective: str) -> np.ndarray:
@@ -99,32 +110,38 @@ class GBTTuner(Tuner):
     ``explore`` new configs are scored per plan, ``random_share`` of them random. On
     benchmarks/search_efficiency.py (3 seeds, 100 trials) going from 32 and 0.25 to these
     defaults raised the mean best from 311 to 383 GFLOP/s on sgemm 512 and from 350 to 361
-    on a ResNet conv2d layer. At 200 trials (plans of 8) the mean best was 431 GFLOP/s on
-    sgemm (random search 366) and 376 on the conv2d layer (random 350), with 21-24 s of
-    model time per run (lowering for the features dominates it).
+    on a ResNet conv2d layer. At 200 trials (plans of 8), ``diversity=0.5`` rather than 0
+    raised the mean best over 5 seeds from 401 to 452 GFLOP/s on sgemm and from 368 to 411 on
+    the conv2d layer; in the run of every tuner (build/se200e) GBT's mean best was 468 on
+    sgemm and 414 on the conv2d layer (random search 430 and 363 over 3 seeds), with 17-20 s
+    of model time per run (lowering for the features dominates it).
     """
 
     def __init__(self, task: Task, seed: int | None = None, objective: str = "rank",
                  n_init: int = 12, eps: float = 0.1, explore: int = 64, n_chains: int = 8,
                  sa_steps: int = 12, random_share: float = 0.5, plan_size: int = 8,
                  diversity: float = 0.5,
-                 transfer_logs: Sequence | None = None, transfer_slots: str = "start",
-                 max_transfer: int = 400, min_compare: int = 4,
+                 transfer_logs: Sequence | None = None, transfer_slots: str = "warm",
+                 n_warm: int = 6, max_transfer: int = 400, min_compare: int = 4,
                  model_params: dict | None = None):
         super().__init__(task, seed)
         if objective not in OBJECTIVES:
             raise LooptuneError(f"GBTTuner: objective must be one of {', '.join(OBJECTIVES)}; "
                                 f"got {objective!r}")
         if not 0.0 <= eps <= 1.0 or not 0.0 <= random_share <= 1.0 or n_init < 1 \
-                or explore < 1 or n_chains < 1 or plan_size < 1 or not diversity >= 0.0:
+                or explore < 1 or n_chains < 1 or plan_size < 1 or not diversity >= 0.0 \
+                or n_warm < 0:
             raise LooptuneError("GBTTuner: need 0 <= eps <= 1, 0 <= random_share <= 1, "
                                 "n_init >= 1, explore >= 1, n_chains >= 1, "
-                                "plan_size >= 1 and diversity >= 0")
+                                "plan_size >= 1, diversity >= 0 and n_warm >= 0")
         self.diversity = diversity
         if transfer_slots not in TRANSFER_SLOTS:
             raise LooptuneError(f"GBTTuner: transfer_slots must be one of "
                                 f"{', '.join(TRANSFER_SLOTS)}; got {transfer_slots!r}")
         self.transfer_slots = transfer_slots
+        self.n_warm = n_warm
+        self._warm: set[int] = set()     # the warm start's picks, kept out of this task's model
+        self._warm_pending = transfer_slots == "warm"
         self.plan_size = plan_size
         self._plan: list[int] = []       # proposed (visited), not yet handed out
         self._stale = False
@@ -179,6 +196,9 @@ class GBTTuner(Tuner):
     def next_batch(self, n: int) -> list[ConfigEntity]:
         """The next ``n`` configs of the plan; an empty plan is refilled with ``plan_size``
         configs chosen by a model retrained on every measurement so far."""
+        if not self._plan and self._warm_pending:
+            self._warm_pending = False
+            self._plan = self._warm_plan()
         if not self._plan:
             if self._stale:
                 self._retrain()
@@ -190,8 +210,9 @@ class GBTTuner(Tuner):
     def _make_plan(self, n: int) -> list[int]:
         target = self._models.get("target")
         xfer = self._models.get("transfer") if self.transfer_trusted else None
-        if target is not None and self.transfer_slots == "start":
-            xfer = None                          # past the random start: as without transfer
+        if self.transfer_slots == "warm" or \
+                (target is not None and self.transfer_slots == "start"):
+            xfer = None                          # as without transfer
         ranked: list[int] = []
         xranked: list[int] = []
         if target is not None:
@@ -221,7 +242,7 @@ class GBTTuner(Tuner):
                         xranked.pop(0)
                     if xranked:
                         i, kind = xranked.pop(0), "transfer"
-                if i is not None and self.n_transferred:
+                if i is not None and self.n_transferred and self.transfer_slots != "warm":
                     self._slot[i] = kind
             if i is not None and self._take(i):
                 out.append(i)
@@ -229,6 +250,35 @@ class GBTTuner(Tuner):
                     c.add(v)
         for i in out:
             self._pool.pop(i, None)
+        return out
+
+    def _warm_plan(self) -> list[int]:
+        """The warm start: the transferred model's ``n_warm`` best predictions (spread over
+        knob values as ``diversity`` asks), explored and ranked on the side: the random
+        draws, pool and feature cache of the search of this task stay as without transfer."""
+        xfer = self._models.get("transfer")
+        if xfer is None or self.n_warm == 0:
+            return []
+        own = self._pool, self._feat, self.model
+        self._pool, self._feat, self.model = {}, dict(self._feat), xfer
+        try:
+            with self._own_rng():
+                self._explore()
+            ranked = self._ranked_pool(xfer)
+            out: list[int] = []
+            covered: list[set] = [set() for _ in self._dims]
+            while ranked and len(out) < self.n_warm:
+                i = ranked.pop(self._diverse_pick(ranked, covered, self.n_warm))
+                if self._take(i):
+                    out.append(i)
+                    for c, v in zip(covered, self.space.vector(i)):
+                        c.add(v)
+        finally:
+            self._pool, self._feat, self.model = own
+        self._warm.update(out)
+        self._slot.update(dict.fromkeys(out, "transfer"))
+        self._stale = True                       # the transferred model is no longer needed
+        log.info("GBTTuner: warm start with %d configs from the transferred model", len(out))
         return out
 
     def _diverse_pick(self, ranked: list[int], covered: list[set], n: int) -> int:
@@ -316,7 +366,8 @@ class GBTTuner(Tuner):
                     chains[k], scores[k] = j, pred[j]
 
     def _chain_starts(self) -> list[int]:
-        best = sorted(self._fit, key=lambda i: (-self._fit[i], i))
+        best = sorted((i for i in self._fit if i not in self._warm),
+                      key=lambda i: (-self._fit[i], i))
         starts = [i for i in best if self._feat.get(i) is not None][:self.n_chains // 2]
         for i in self._ranked_pool():
             if len(starts) >= self.n_chains:
@@ -345,7 +396,7 @@ class GBTTuner(Tuner):
                 other = int(self.rng.integers(d - 1))
                 cand[k] = other if other < vec[k] else other + 1
             j = self.space.index_of(cand)
-            if j not in self.visited:
+            if j not in self.visited or j in self._warm:     # scored, but never proposed
                 return j
         return None
 
@@ -359,7 +410,7 @@ class GBTTuner(Tuner):
         self._stale = True            # retrained when the plan runs out
 
     def _training_set(self) -> tuple[np.ndarray, np.ndarray]:
-        idx = [i for i in self._fit if self.features(i) is not None]
+        idx = [i for i in self._fit if i not in self._warm and self.features(i) is not None]
         if not idx:
             return np.empty((0, 0)), np.empty(0)
         x = np.stack([self._feat[i] for i in idx])
@@ -376,9 +427,9 @@ class GBTTuner(Tuner):
 
     def _fit_models(self) -> None:
         x, y = self._training_set()
-        n_ok = sum(1 for i in self._fit if self._fit[i] > 0)
+        n_ok = sum(1 for i in self._fit if self._fit[i] > 0 and i not in self._warm)
         self._models = {}
-        if len(self._src_y):
+        if len(self._src_y) and (self.transfer_slots != "warm" or self._warm_pending):
             xs, ys = self._src_x, self._src_y
             # the transferred records count less as this task's own accumulate
             w_src = np.full(len(ys), 0.5 * min(1.0, 2.0 * self.n_init / max(1, len(y))))

@@ -143,7 +143,7 @@ def test_bad_arguments():
         GBTTuner(task, plan_size=0)
     with pytest.raises(LooptuneError, match="diversity"):
         GBTTuner(task, diversity=-1.0)
-    with pytest.raises(LooptuneError, match=r"transfer_slots must be one of start, random; "
+    with pytest.raises(LooptuneError, match=r"transfer_slots must be one of warm, start, random; "
                                             r"got 'eps'"):
         GBTTuner(task, transfer_slots="eps")
 
@@ -154,7 +154,7 @@ def test_transfer_warm_starts_from_another_task(task, fake_measure, tmp_path):
     t0 = RandomTuner(other, seed=0)
     fake_measure(t0, _bowl(other))
     t0.tune(30, OPT, callbacks=[log_to_file(src)])
-    t = GBTTuner(task, seed=0, transfer_logs=[src], explore=12)
+    t = GBTTuner(task, seed=0, transfer_logs=[src], explore=12, transfer_slots="start")
     assert t.model is not None and t.active == "transfer"     # before any measurement
     assert len(t._src_y) == 30
     fm = fake_measure(t, _bowl(task))
@@ -171,7 +171,8 @@ def test_transfer_keeps_a_random_start_and_fades_as_data_accumulates(task, fake_
     t0 = RandomTuner(other, seed=0)
     fake_measure(t0, _bowl(other))
     t0.tune(30, OPT, callbacks=[log_to_file(src)])
-    t = GBTTuner(task, seed=0, transfer_logs=[src], explore=12, eps=0.0, n_init=8)
+    t = GBTTuner(task, seed=0, transfer_logs=[src], explore=12, eps=0.0, n_init=8,
+                 transfer_slots="start")
     draws = []
     orig = t._random_unvisited
     t._random_unvisited = lambda *a: (draws.append(1), orig(*a))[1]
@@ -227,10 +228,52 @@ def _record_draws(t):
     return draws
 
 
+def test_warm_start_is_kept_apart_from_the_search_of_this_task(task, fake_measure, tmp_path):
+    """transfer_slots="warm" (the default): the first n_warm trials are the transferred
+    model's best predictions; after them the search runs as without transfer (same draws,
+    same model, same picks), its model never trained on the warm picks."""
+    src = _source_log(tmp_path)
+    sp = task.config_space
+
+    def bowl(index):        # best at the other corner than the source task's: a search that
+        return 1e-4 * (1.0 + sum(v * v for v in sp.vector(index)))   # never meets the warm picks
+    base = GBTTuner(task, seed=3, explore=12, n_init=8, diversity=0.0)
+    fb = fake_measure(base, bowl)
+    base.tune(32, OPT)
+    xt = GBTTuner(task, seed=3, explore=12, n_init=8, transfer_logs=[src], n_warm=4,
+                  diversity=0.0)
+    assert xt.transfer_slots == "warm" and xt.active == "transfer"
+    seen = _spy_rankings(xt)
+    fx = fake_measure(xt, bowl)
+    xt.tune(36, OPT)
+    warm = fx.measured[:4]
+    names = [name for name, _ in seen]
+    xfer = [r for name, r in seen if name == "transfer"]
+    assert warm == xfer[-1][:4]                       # the transferred model's best ...
+    assert "transfer" not in names[names.index("target"):]       # ... at the start only
+    assert set(xt._slot) == set(warm) and set(xt._slot.values()) == {"transfer"}
+    assert fx.measured[4:] == fb.measured             # then the search without transfer
+    assert set(xt._models) == {"target"}              # the transferred model is dropped
+    x, y = xt._training_set()
+    assert len(y) == 32                               # ... and the warm picks are not learnt
+    # with diversity the warm picks spread over knob values the others do not have
+    xd = GBTTuner(task, seed=3, explore=12, n_init=8, transfer_logs=[src], n_warm=4)
+    seen = _spy_rankings(xd)
+    spread = [c.index for c in xd.next_batch(4)]
+    ranked = [r for name, r in seen if name == "transfer"][-1]
+    assert spread[0] == ranked[0] and set(spread) <= set(ranked[:16])
+
+    def n_values(picks):
+        return sum(len({task.config_space.vector(i)[k] for i in picks})
+                   for k in range(len(task.config_space.dims)))
+    assert n_values(spread) >= n_values(warm)
+
+
 def test_transfer_replaces_only_the_random_picks(task, fake_measure, tmp_path):
     src = _source_log(tmp_path)
     base = GBTTuner(task, seed=3, explore=12, n_init=8, diversity=0.0)
-    xt = GBTTuner(task, seed=3, explore=12, n_init=8, transfer_logs=[src], diversity=0.0)
+    xt = GBTTuner(task, seed=3, explore=12, n_init=8, transfer_logs=[src], diversity=0.0,
+                  transfer_slots="start")
     b0 = [c.index for c in base.next_batch(8)]
     b1 = [c.index for c in xt.next_batch(8)]
     # the random start draws the same configs; transfer takes every other slot
@@ -269,7 +312,8 @@ def test_transfer_picks_must_earn_their_slots(task, fake_measure, tmp_path):
     bowl = _bowl(task)
 
     def run(transfer_cost):
-        xt = GBTTuner(task, seed=1, explore=12, n_init=8, transfer_logs=[src])
+        xt = GBTTuner(task, seed=1, explore=12, n_init=8, transfer_logs=[src],
+                      transfer_slots="start")
         fake_measure(xt, lambda i: transfer_cost if xt._slot.get(i) == "transfer"
                      else bowl(i))
         xt.tune(16, OPT)
