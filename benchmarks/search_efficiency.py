@@ -19,7 +19,12 @@ the other task's logs of this output folder (random and GBT runs of every seed).
 
 Each run appends one line to ``<out>/results.jsonl`` and is skipped when already there, so an
 interrupted benchmark resumes; ``--report`` prints the table from that file only. Timings are
-noisy on a shared machine: compare tuners within one run.
+noisy on a shared machine: compare tuners within one run. The order of the runs of a seed is
+rotated from seed to seed (a gbt-transfer run waits until the other task has a log to learn
+from), so that no tuner always runs at the same point of the sequence: on the 2-core VM of
+BENCHMARKS.md, parallel kernels measured up to 2x slower for minutes at a time, and a tuner
+that always ran fourth in a seed's sequence measured the same configs 10-40% slower than the
+one that ran second.
 """
 from __future__ import annotations
 
@@ -199,6 +204,21 @@ def transfer_logs(out: str, task_name: str) -> list[str]:
     return logs
 
 
+def run_order(tuners: list[str], tasks: list[str], seed: int, out: str):
+    """The (tuner, task) runs of one seed, rotated by the seed; a gbt-transfer run whose
+    task has nothing to learn from yet (no random or GBT log of another task in ``out``)
+    waits until the runs that write such logs are done."""
+    runs = [(t, k) for t in tuners for k in tasks]
+    shift = seed % max(1, len(runs))
+    runs = runs[shift:] + runs[:shift]
+    while runs:
+        def ready(run):
+            t, k = run
+            return t != "gbt-transfer" or bool(transfer_logs(out, k)) or not any(
+                tt in ("random", "gbt") and kk != k for tt, kk in runs)
+        yield runs.pop(next((n for n, r in enumerate(runs) if ready(r)), 0))
+
+
 class _Clock:
     """Wraps a tuner's next_batch and update to add up their time (the model time)."""
 
@@ -315,20 +335,19 @@ def main() -> None:
         tuners = re.findall(r"[^,\[]+(?:\[[^\]]*\])?", a.tuners) + \
             (["gbt-transfer"] if a.transfer else [])
         for seed in [int(x) for x in a.seeds.split(",")]:
-            for tuner in tuners:
-                for task_name in a.tasks.split(","):
-                    if any(r["task"] == task_name and r["tuner"] == tuner and r["seed"] == seed
-                           and r["trials"] >= a.trials for r in rows):
-                        continue
-                    row = run_one(task_name, tuner, seed, a.trials, a.out, opt)
-                    rows = [r for r in rows if not (r["task"] == task_name and
-                                                    r["tuner"] == tuner and r["seed"] == seed)]
-                    rows.append(row)
-                    with open(results, "a") as f:
-                        f.write(json.dumps(row) + "\n")
-                    print(f"{task_name} {tuner} seed {seed}: best {row['best_gflops']:.1f} "
-                          f"GFLOP/s, wall {row['wall_s']} s (model {row['model_s']} s)",
-                          file=sys.stderr, flush=True)
+            for tuner, task_name in run_order(tuners, a.tasks.split(","), seed, a.out):
+                if any(r["task"] == task_name and r["tuner"] == tuner and r["seed"] == seed
+                       and r["trials"] >= a.trials for r in rows):
+                    continue
+                row = run_one(task_name, tuner, seed, a.trials, a.out, opt)
+                rows = [r for r in rows if not (r["task"] == task_name and
+                                                r["tuner"] == tuner and r["seed"] == seed)]
+                rows.append(row)
+                with open(results, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+                print(f"{task_name} {tuner} seed {seed}: best {row['best_gflops']:.1f} "
+                      f"GFLOP/s, wall {row['wall_s']} s (model {row['model_s']} s)",
+                      file=sys.stderr, flush=True)
     print(table([r for r in rows if r["trials"] > 0], a.trials))
 
 
