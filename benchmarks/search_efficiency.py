@@ -23,8 +23,8 @@ noisy on a shared machine: compare tuners within one run. The order of the runs 
 rotated from seed to seed (a gbt-transfer run waits until the other task has a log to learn
 from), so that no tuner always runs at the same point of the sequence: on the 2-core VM of
 BENCHMARKS.md, parallel kernels measured up to 2x slower for minutes at a time, and a tuner
-that always ran fourth in a seed's sequence measured the same configs 10-40% slower than the
-one that ran second.
+that always ran fourth in a seed's sequence measured the same configs 5-27% slower (median
+over the configs both runs measured) than the one that ran second.
 """
 from __future__ import annotations
 
