@@ -36,6 +36,25 @@ def compiler_version(cc: str) -> str:
     return out.stdout.splitlines()[0] if out.stdout else cc
 
 
+@functools.lru_cache(maxsize=None)
+def simd_bytes(cc: str, march: str) -> int:
+    """The widest SIMD register, in bytes, that ``cc -march=<march>`` generates code for,
+    read from the compiler's predefined macros (16 where none is recognised)."""
+    compiler_version(cc)                      # a clear error when the compiler is missing
+    proc = subprocess.run([cc, f"-march={march}", "-dM", "-E", "-x", "c", os.devnull],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise BuildError(f"'{cc} -march={march}' failed: {proc.stderr.strip()[:500]}; fix "
+                         "the target option -march")
+    macros = {line.split()[1] for line in proc.stdout.splitlines()
+              if line.startswith("#define ") and len(line.split()) > 1}
+    if "__AVX512F__" in macros:
+        return 64
+    if "__AVX__" in macros:
+        return 32
+    return 16
+
+
 def flags_for(options: dict, parallel: bool) -> list[str]:
     opt = options.get("O", "3")
     flags = [f"-O{opt}", f"-march={options.get('march', 'native')}", "-fPIC", "-std=gnu11",

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..errors import BuildError
 
 _KNOWN = {
@@ -53,3 +55,20 @@ class Target:
             except ValueError:
                 raise BuildError(f"target {text!r}: -threads needs a positive integer") from None
         return Target(kind, opts)
+
+    def vector_lanes(self, dtype: str = "float32") -> int:
+        """How many ``dtype`` elements one SIMD register of this C target holds, as its
+        compiler sees ``-march`` (native by default): 16 float32 lanes with AVX-512, 8 with
+        AVX/AVX2, 4 with SSE or NEON. For schedules that size register tiles to the machine."""
+        if self.kind != "c":
+            raise BuildError(f"vector_lanes() answers for C targets, not '{self}'; an "
+                             "OpenCL device reports its own preferred vector widths")
+        try:
+            itemsize = np.dtype(dtype).itemsize
+        except TypeError:
+            raise BuildError(f"vector_lanes(): unknown dtype {dtype!r}; use a numpy dtype "
+                             "name such as 'float32'") from None
+        from .compiler import simd_bytes
+        return max(1, simd_bytes(self.options.get("cc", "gcc"),
+                                 self.options.get("march", "native")) // itemsize)
+

@@ -3,8 +3,8 @@
 Hand schedule: each batch is the matmul micro-kernel of ``matmul.py``. The batch and the
 128-column panels are fused into one parallel loop (Bt x M/128 independent jobs, plenty for
 the threads even when one matrix is small); each job packs its K x 128 panel of B[b] into a
-contiguous local buffer (cache_read at the fused loop) and sweeps 8 x 32 register tiles of C
-(cache_write at the tile loop, reduction outside the tile, rows unrolled, columns
+contiguous local buffer (cache_read at the fused loop) and sweeps 8 x (2 vectors) register
+tiles of C (cache_write at the tile loop, reduction outside the tile, rows unrolled, columns
 vectorized) down the rows. 128 rather than matmul.py's 64 columns: at K = 256 a 64-column
 panel is exactly 64 KB and lands on the stack, where gcc stops keeping the tile in registers
 (4x slower; reported). Tails are peeled, so any size is exact.
@@ -54,7 +54,8 @@ def _schedule(Bt, N, M, K, dtype, panel, tile_i, tile_j):
 
 
 def hand_schedule(Bt: int, N: int, M: int, K: int, dtype: str = "float32"):
-    return _schedule(Bt, N, M, K, dtype, panel=128, tile_i=8, tile_j=32)
+    return _schedule(Bt, N, M, K, dtype, panel=128, tile_i=8,
+                     tile_j=2 * lt.Target.parse("c").vector_lanes(dtype))
 
 
 @lt.template(NAME)

@@ -1,11 +1,11 @@
 """Fused dense layer: D = relu(A @ B + bias) (float32), the epilogue fused into the matmul.
 
 Hand schedule: the matmul micro-kernel of ``matmul.py`` (B packed per 64-column panel with
-cache_read, an 8 x 32 register tile accumulated in a cache_write buffer with the reduction
-outside the tile, rows unrolled, columns vectorized, panels spread over threads), with the
-bias add and relu applied while the tile is written back: the product never round-trips
-through memory, so the epilogue costs next to nothing (numpy needs three passes over C).
-Tails of every tile are peeled, so the kernel is exact for any size.
+cache_read, an 8 x (2 vectors) register tile accumulated in a cache_write buffer with the
+reduction outside the tile, rows unrolled, columns vectorized, panels spread over threads),
+with the bias add and relu applied while the tile is written back: the product never
+round-trips through memory, so the epilogue costs next to nothing (numpy needs three passes
+over C). Tails of every tile are peeled, so the kernel is exact for any size.
 """
 from __future__ import annotations
 
@@ -55,7 +55,8 @@ def _schedule(N, M, K, dtype, panel, tile_i, tile_j, par_rows):
 
 
 def hand_schedule(N: int, M: int, K: int, dtype: str = "float32"):
-    return _schedule(N, M, K, dtype, panel=64, tile_i=8, tile_j=32, par_rows=False)
+    return _schedule(N, M, K, dtype, panel=64, tile_i=8,
+                     tile_j=2 * lt.Target.parse("c").vector_lanes(dtype), par_rows=False)
 
 
 @lt.template(NAME)

@@ -71,6 +71,39 @@ def test_target_parse_round_trip():
     assert lt.Target.parse(str(t)) == t
 
 
+@pytest.mark.parametrize("march, float32_lanes", [
+    ("x86-64", 4),             # SSE2 only
+    ("haswell", 8),            # AVX2
+    ("skylake-avx512", 16),    # AVX-512
+])
+def test_vector_lanes_follow_the_compilers_march(march, float32_lanes):
+    if subprocess.run(["gcc", f"-march={march}", "-E", "-x", "c", "/dev/null"],
+                      capture_output=True).returncode != 0:
+        pytest.skip(f"this gcc does not target -march={march} (not an x86-64 compiler)")
+    t = lt.Target.parse(f"c -march={march}")
+    assert t.vector_lanes() == float32_lanes
+    assert t.vector_lanes("float64") == float32_lanes // 2
+    assert t.vector_lanes("int8") == float32_lanes * 4
+
+
+def test_vector_lanes_of_this_machine_match_what_gcc_enables():
+    macros = subprocess.run(["gcc", "-march=native", "-dM", "-E", "-x", "c", "/dev/null"],
+                            capture_output=True, text=True).stdout
+    want = 16 if "__AVX512F__" in macros else 8 if "__AVX__" in macros else 4
+    assert lt.Target.parse("c").vector_lanes() == want
+
+
+@pytest.mark.parametrize("target, dtype, msg", [
+    ("opencl", "float32", r"vector_lanes\(\) answers for C targets, not 'opencl'"),
+    ("c", "floaty", r"unknown dtype 'floaty'"),
+    ("c -march=no-such-arch", "float32", r"'gcc -march=no-such-arch' failed.*-march"),
+    ("c -cc=no-such-cc", "float32", r"C compiler 'no-such-cc' was not found"),
+])
+def test_vector_lanes_errors_name_what_was_wrong(target, dtype, msg):
+    with pytest.raises(BuildError, match=msg):
+        lt.Target.parse(target).vector_lanes(dtype)
+
+
 def test_bad_function_name(mm):
     f, s, args = mm
     with pytest.raises(BuildError, match=r"function name '2fast' must be a C identifier"):
