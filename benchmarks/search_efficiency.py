@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import re
 import shutil
 import statistics
@@ -46,10 +47,10 @@ import looptune as lt
 from looptune.search import (
     GBTTuner,
     MeasureOption,
+    Measurer,
     create_task,
     load_records,
     log_to_file,
-    measure_configs,
     template,
 )
 from looptune.search.tuners import make_tuner as search_make_tuner
@@ -283,9 +284,8 @@ def run_one(task_name: str, tuner_name: str, seed: int, trials: int, out: str,
 def remeasure(rows: list[dict], out: str, rounds: int, opt: MeasureOption,
               seed: int = 0) -> dict[tuple, float]:
     """The best config of each row's log measured ``rounds`` more times, every round over all
-    rows of a task in a new random order; {(task, tuner, seed): median GFLOP/s}. Also written
-    to ``<out>/remeasured.jsonl``."""
-    import random
+    rows of a task in a new random order (one set of worker processes per task); {(task,
+    tuner, seed): median GFLOP/s}. Also written to ``<out>/remeasured.jsonl``."""
     rng = random.Random(seed)
     found: dict[tuple, float] = {}
     os.environ["LOOPTUNE_CACHE"] = os.path.join(out, "cache", "remeasure")
@@ -303,11 +303,13 @@ def remeasure(rows: list[dict], out: str, rounds: int, opt: MeasureOption,
                 best[(task_name, r["tuner"], r["seed"])] = top.config["index"]
         keys = list(best)
         samples: dict[tuple, list[float]] = {k: [] for k in keys}
-        for _ in range(rounds):
-            rng.shuffle(keys)
-            for k, res in zip(keys, measure_configs(task, [best[k] for k in keys], opt)):
-                if res.ok:
-                    samples[k].append(res.gflops)
+        with Measurer(task, opt) as m:
+            for _ in range(rounds):
+                rng.shuffle(keys)
+                for k, res in zip(keys, m.measure([task.config_space.get(best[k])
+                                                   for k in keys])):
+                    if res.ok:
+                        samples[k].append(res.gflops)
         for k, g in samples.items():
             if g:
                 found[k] = statistics.median(g)
@@ -401,9 +403,8 @@ def main() -> None:
     if os.path.exists(results):
         with open(results) as f:
             rows = [json.loads(line) for line in f if line.strip()]
+    opt = MeasureOption(number=a.number, repeat=a.repeat, timeout=10, n_parallel=a.n_parallel)
     if not a.report:
-        opt = MeasureOption(number=a.number, repeat=a.repeat, timeout=10,
-                            n_parallel=a.n_parallel)
         tuners = re.findall(r"[^,\[]+(?:\[[^\]]*\])?", a.tuners) + \
             (["gbt-transfer"] if a.transfer else [])
         for seed in [int(x) for x in a.seeds.split(",")]:
@@ -423,8 +424,6 @@ def main() -> None:
     rows = [r for r in rows if r["trials"] > 0]
     remeasured = load_remeasured(a.out)
     if a.remeasure > 0:
-        opt = MeasureOption(number=a.number, repeat=a.repeat, timeout=10,
-                            n_parallel=a.n_parallel)
         remeasured = remeasure(rows, a.out, a.remeasure, opt)
     print(table(rows, a.trials, remeasured))
 
