@@ -3,10 +3,10 @@
     python benchmarks/search_throughput.py [--n 512] [--trials 200] [--tuners ga,random]
 
 The space is search_efficiency.py's sgemm template (three-level tiles, optional packing of
-B, the parallel loop as a knob). For each tuner: best GFLOP/s, the trial at which 95% of that best was first reached, and
-candidates measured per minute (wall clock, workers' start-up included), with the 1-minute
-load average before and after (other work on the machine makes timings noisy). Logs go to
---out.
+B, the parallel loop as a knob). For each tuner: best GFLOP/s, the trial at which 95% of that
+best was first reached, and candidates measured per minute (wall clock, workers' start-up
+included), with the 1-minute load average before and after (other work on the machine makes
+timings noisy). Logs go to --out.
 """
 from __future__ import annotations
 
