@@ -21,3 +21,8 @@ class BuildError(LooptuneError):
         super().__init__(message)
         self.source_path = source_path
         self.output = output
+
+
+class GraphError(LooptuneError):
+    """An operator graph is malformed or unsupported; the message names the node, its op type
+    and what is wrong."""
