@@ -1,11 +1,14 @@
 """Readable text for expressions (used by str(), lowered loop nests and error messages)."""
 from __future__ import annotations
 
-from .expr import BinKind, Expr
+from .expr import BinKind, Expr, Var
 from .visitor import ExprVisitor
 
 
 class _Printer(ExprVisitor):
+    def __init__(self, names: dict[Var, str] | None = None):
+        self.names = names or {}
+
     def visit_Const(self, e):
         if e.dtype == "bool":
             return "True" if e.value else "False"
@@ -16,7 +19,7 @@ class _Printer(ExprVisitor):
         return str(e.value)
 
     def visit_Var(self, e):
-        return e.name
+        return self.names.get(e, e.name)
 
     def visit_BinOp(self, e):
         a, b = self.visit(e.a), self.visit(e.b)
@@ -48,5 +51,8 @@ class _Printer(ExprVisitor):
         return f"{e.combiner}({self.visit(e.source)}, axis=[{ax}]{where})"
 
 
-def expr_str(e: Expr) -> str:
-    return _Printer().visit(e)
+def expr_str(e: Expr, names: dict[Var, str] | None = None) -> str:
+    """``e`` as text; ``names`` overrides the display name of some variables (a loop-nest
+    printer uses it to tell apart distinct variables that share a name)."""
+    return _Printer(names).visit(e)
+

@@ -18,13 +18,15 @@ from dataclasses import dataclass
 from ..errors import ScheduleError
 from ..lang import dtype as dt
 from ..lang.expr import BinKind, BinOp, BufferLoad, Const, Expr, IterKind, IterVar, Load, Var
+from ..lang.printer import expr_str
 from ..lang.simplify import _linear, simplify, upper_bound
 from ..lang.tensor import ComputeOp, PlaceholderOp, Tensor
 from ..lang.visitor import ExprMutator, collect_loads, collect_vars, substitute
 from .bound import LoopNest, interval, loop_nest, relax_leaves, root_intervals, union_region
 from .schedule import Schedule
 from .stage import Annot, Stage
-from .stmt import Allocate, Buffer, For, ForKind, IfThenElse, LetStmt, Stmt, Store, seq
+from .stmt import (Allocate, Buffer, For, ForKind, IfThenElse, LetStmt, Stmt, Store, seq,
+                   display_names, stmt_str)
 from .passes import check_nesting, partition_tails, simplify_stmt, unroll_loops
 
 _FOR_KIND = {Annot.UNROLL: ForKind.UNROLLED, Annot.VECTORIZE: ForKind.VECTORIZED,
@@ -42,10 +44,14 @@ class LoweredFunc:
     body: Stmt
 
     def __str__(self) -> str:
+        names = display_names(self.body, self.size_vars)
+
         def arg(b: Buffer) -> str:
-            return f"{b.name}: {b.dtype}[{', '.join(str(x) for x in b.shape)}]"
+            shape = ", ".join(expr_str(x, names) if isinstance(x, Expr) else str(x)
+                              for x in b.shape)
+            return f"{b.name}: {b.dtype}[{shape}]"
         head = f"def {self.name}({', '.join(arg(b) for b in self.buffers)}):"
-        body = str(self.body)
+        body = stmt_str(self.body, names)
         return head + "\n" + "\n".join("  " + ln for ln in body.splitlines())
 
     __repr__ = __str__
@@ -284,8 +290,9 @@ class _Lowering:
 
         return ToBuffers().visit(e)
 
-    def _core(self, st: Stage, nest: LoopNest) -> tuple[Stmt, Stmt | None]:
-        """The innermost statement and, for reductions, the init store."""
+    def _core(self, st: Stage, nest: LoopNest) -> tuple[Stmt, Stmt | None, list[Expr]]:
+        """The innermost statement, for reductions the init store, and the conjuncts of the
+        reduction's ``where`` that the caller places as loop guards (see _where_guards)."""
         t = st.op.output
         buf = self.buffers[id(t)]
         offs = self.offsets[id(t)]
@@ -293,21 +300,43 @@ class _Lowering:
         idx = tuple(simplify(values[a.var] - o, self.ranges) for a, o in zip(st.op.axis, offs))
         body = substitute(self.body[st], values)
         if not st.op.is_reduction:
-            return Store(buf, idx, self._to_buffers(body)), None
+            return Store(buf, idx, self._to_buffers(body)), None, []
         src = self._to_buffers(body.source)
         update: Stmt = Store(buf, idx, _combine(body.combiner, BufferLoad(buf, idx), src))
-        if body.where is not None:
-            update = IfThenElse(self._to_buffers(body.where), update)
+        moved, kept = self._where_guards(st, body.where)
+        if kept:
+            update = _guard([self._to_buffers(c) for c in kept], update)
         init = Store(buf, idx, Const(_IDENTITY[body.combiner](t.dtype), t.dtype))
-        return update, init
+        return update, init, moved
 
-    def _place_guards(self, st: Stage, nest: LoopNest):
-        """Guards per loop level (-1: outside all loops); some become loop bounds."""
+    def _where_guards(self, st: Stage, where: Expr | None) -> tuple[list[Expr], list[Expr]]:
+        """Split a reduction's ``where`` (in leaf variables) into conjuncts that may guard
+        loop levels and the rest. A conjunct moves when it reads no tensor and its innermost
+        variable is a reduction loop: every statement inside that loop belongs to the update
+        (the init nest lies outside the first reduction loop), so guarding the loop is
+        guarding the update, and a tail guard such as rfactor's ``ko*4 + ki < K`` becomes the
+        loop bound ``ki < min(4, K - ko*4)`` instead of a branch in the innermost loop."""
+        if where is None:
+            return [], []
+        depth = {v.var: k for k, v in enumerate(st.leaf_iter_vars)}
+        moved, kept = [], []
+        for c in _conjuncts(simplify(where, self.ranges)):
+            lvl = max((depth[v] for v in collect_vars(c) if v in depth), default=-1)
+            if lvl >= 0 and st.leaf_iter_vars[lvl].kind is IterKind.REDUCE and \
+                    not collect_loads(c):
+                moved.append(c)
+            else:
+                kept.append(c)
+        return moved, kept
+
+    def _place_guards(self, st: Stage, nest: LoopNest, where: list[Expr]):
+        """Guards per loop level (-1: outside all loops); some become loop bounds. ``where``
+        are reduction conditions whose innermost variable is a reduction loop."""
         leaves = st.leaf_iter_vars
         depth = {v.var: k for k, v in enumerate(leaves)}
         guards: dict[int, list[Expr]] = defaultdict(list)
         extents = [nest.extents[v] for v in leaves]
-        for g in nest.guards:
+        for g in list(nest.guards) + where:
             g = simplify(g, self.ranges)
             if isinstance(g, Const):
                 if g.value:
@@ -347,8 +376,8 @@ class _Lowering:
     def _stage_stmt(self, st: Stage) -> Stmt:
         nest = self.nests[st]
         leaves = st.leaf_iter_vars
-        guards, extents = self._place_guards(st, nest)
-        core, init = self._core(st, nest)
+        core, init, where = self._core(st, nest)
+        guards, extents = self._place_guards(st, nest, where)
         first_red = next((k for k, v in enumerate(leaves) if v.kind is IterKind.REDUCE), None)
         stmt = core
         for lvl in reversed(range(len(leaves))):
@@ -387,6 +416,12 @@ def _guard(conds: list[Expr], body: Stmt) -> Stmt:
     for x in conds[1:]:
         c = BinOp(BinKind.AND, c, x)
     return IfThenElse(c, body)
+
+
+def _conjuncts(e: Expr) -> list[Expr]:
+    if isinstance(e, BinOp) and e.op is BinKind.AND:
+        return _conjuncts(e.a) + _conjuncts(e.b)
+    return [e]
 
 
 def _as_expr(d) -> Expr:

@@ -98,7 +98,10 @@ class _Unroll(StmtMutator):
         body = self.visit(s.body)
         if s.kind is ForKind.UNROLLED and isinstance(s.extent, Const) and \
                 isinstance(s.min, Const) and s.extent.value <= MAX_UNROLL:
-            return seq(*(substitute_stmt(body, {s.var: Const(s.min.value + k, "int32")})
+            # the copies share one scope (a Seq): each gets its own let variables, so that
+            # no code generator declares one name twice (C: "redefinition of 'T_min0'")
+            return seq(*(fresh_lets(substitute_stmt(body, {s.var: Const(s.min.value + k,
+                                                                        "int32")}))
                          for k in range(s.extent.value)))
         return s if body is s.body else For(s.var, s.min, s.extent, s.kind, body, s.tag)
 
@@ -106,6 +109,21 @@ class _Unroll(StmtMutator):
 def unroll_loops(s: Stmt) -> Stmt:
     """Replace unrolled loops of constant extent (<= MAX_UNROLL) by copies of their body."""
     return _Unroll().visit(s)
+
+
+class _FreshLets(StmtMutator):
+    """Every LetStmt binds a new Var (same display name), substituted in its body."""
+
+    def visit_LetStmt(self, s):
+        v = Var(s.var.name, s.var.dtype)
+        body = self.visit(substitute_stmt(s.body, {s.var: v}))
+        return LetStmt(v, s.value, body)
+
+
+def fresh_lets(s: Stmt) -> Stmt:
+    """``s`` with a fresh variable for each of its let statements: a copy of a statement
+    that can sit beside the original in one scope."""
+    return _FreshLets().visit(s)
 
 
 class _Nesting(StmtVisitor):

@@ -6,6 +6,7 @@ import itertools
 from dataclasses import dataclass
 
 from ..lang.expr import Expr, Var
+from ..lang.printer import expr_str
 
 _buf_ids = itertools.count(1)
 
@@ -188,10 +189,68 @@ class StmtMutator:
 
 # ---- printing ------------------------------------------------------------------------------
 
+class _Naming(StmtVisitor):
+    """Display names that tell apart distinct variables visible at once: a loop or let whose
+    name is taken, in scope, by another variable (another uid) is shown as ``name#2``
+    (``#3``...). A let is in scope until the end of its block, as printed (lets do not
+    indent); variables bound nowhere (sizes) are in scope everywhere."""
+
+    def __init__(self, free: list[Var]):
+        self.names: dict[Var, str] = {}
+        self.shown: set[str] = set()
+        self.scopes: list[dict[str, Var]] = [{}]
+        for v in free:
+            self.bind(v)
+
+    def bind(self, v: Var) -> None:
+        if v not in self.names:
+            name = v.name
+            if any(sc.get(name, v) != v for sc in self.scopes):
+                n = 2
+                while f"{name}#{n}" in self.shown:
+                    n += 1
+                name = f"{name}#{n}"
+            self.names[v] = name
+            self.shown.add(name)
+        self.scopes[-1][v.name] = v
+        self.scopes[-1][self.names[v]] = v
+
+    def block(self, s: Stmt, v: Var | None = None) -> None:
+        self.scopes.append({})
+        if v is not None:
+            self.bind(v)
+        self.visit(s)
+        self.scopes.pop()
+
+    def visit_For(self, s):
+        self.block(s.body, s.var)
+
+    def visit_IfThenElse(self, s):
+        self.block(s.then)
+        if s.orelse is not None:
+            self.block(s.orelse)
+
+    def visit_LetStmt(self, s):
+        self.bind(s.var)
+        self.visit(s.body)
+
+
+def display_names(s: Stmt, free: list[Var] = ()) -> dict[Var, str]:
+    """The names to print the variables of ``s`` with (see _Naming); ``free`` are variables
+    bound outside ``s``, such as the function's size parameters."""
+    n = _Naming(list(free))
+    n.visit(s)
+    return {v: name for v, name in n.names.items() if name != v.name}
+
+
 class _Printer(StmtVisitor):
-    def __init__(self):
+    def __init__(self, names: dict[Var, str]):
         self.lines: list[str] = []
         self.depth = 0
+        self.names = names
+
+    def x(self, e) -> str:
+        return expr_str(e, self.names) if isinstance(e, Expr) else str(e)
 
     def emit(self, text: str):
         self.lines.append("  " * self.depth + text)
@@ -205,34 +264,39 @@ class _Printer(StmtVisitor):
         kind = "" if s.kind is ForKind.SERIAL else f" {s.kind.value}"
         if s.tag:
             kind = f" bind({s.tag})"
-        self.emit(f"for {s.var.name} in [{s.min}, {s.min} + {s.extent}){kind}:"
-                  if str(s.min) != "0" else f"for {s.var.name} in [0, {s.extent}){kind}:")
+        v, mn, ext = self.x(s.var), self.x(s.min), self.x(s.extent)
+        self.emit(f"for {v} in [{mn}, {mn} + {ext}){kind}:"
+                  if mn != "0" else f"for {v} in [0, {ext}){kind}:")
         self.nested(s.body)
 
     def visit_IfThenElse(self, s):
-        self.emit(f"if {s.cond}:")
+        self.emit(f"if {self.x(s.cond)}:")
         self.nested(s.then)
         if s.orelse is not None:
             self.emit("else:")
             self.nested(s.orelse)
 
     def visit_Store(self, s):
-        self.emit(f"{s.buffer.name}[{', '.join(str(i) for i in s.indices)}] = {s.value}")
+        idx = ", ".join(self.x(i) for i in s.indices)
+        self.emit(f"{s.buffer.name}[{idx}] = {self.x(s.value)}")
 
     def visit_Allocate(self, s):
-        shape = ", ".join(str(x) for x in s.buffer.shape)
+        shape = ", ".join(self.x(d) for d in s.buffer.shape)
         self.emit(f"allocate {s.buffer.name}[{s.buffer.dtype} * {shape}] in {s.buffer.scope}")
         self.visit(s.body)
 
     def visit_LetStmt(self, s):
-        self.emit(f"let {s.var.name} = {s.value}")
+        self.emit(f"let {self.x(s.var)} = {self.x(s.value)}")
         self.visit(s.body)
 
     def visit_Barrier(self, s):
         self.emit("barrier()")
 
 
-def stmt_str(s: Stmt) -> str:
-    p = _Printer()
+def stmt_str(s: Stmt, names: dict[Var, str] | None = None) -> str:
+    """The loop nest as text. Distinct variables that share a display name (two loops called
+    ``y.outer`` of different stages, the let variables of unrolled copies) are told apart by a
+    suffix (``y.outer#2``); ``names`` gives the display names to use instead."""
+    p = _Printer(names if names is not None else display_names(s))
     p.visit(s)
     return "\n".join(p.lines)

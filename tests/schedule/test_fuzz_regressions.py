@@ -1,0 +1,150 @@
+"""Fuzz findings kept as fixed cases: each is the operator, its sizes and the applied steps
+of one failing seed (as ``fuzz_gen.py SEED`` prints them), replayed through JSON, lowered,
+checked for IR invariants, built and compared with numpy.
+
+The steps are stored, not just the seed, so that a case keeps testing the same schedule when
+the generator changes. Add a finding with its seed, a line on what went wrong, and the
+``steps_json`` that ``fuzz_gen.generate(SEED).steps_json`` gives.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+import looptune as lt
+from looptune.schedule.stmt import (
+    Allocate,
+    For,
+    IfThenElse,
+    LetStmt,
+    Seq,
+    Stmt,
+    StmtVisitor,
+)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fuzz_gen import build_and_run, replay_case
+
+# seed: (operator, params, steps_json, what went wrong)
+FINDINGS = {
+    77003810: ("softmax", {"N": 11, "M": 37},
+               '[["split", "rowsum", ["k2", 4, null]], ["rfactor", "rowsum", ["k2.outer"]], '
+               '["parallel", "rowsum.rf", ["k2.outer"]], '
+               '["reorder", "rowsum.rf", ["i", "k2.outer", "k2.inner"]], '
+               '["unroll", "rowsum", ["i"]], ["split", "rowsum", ["k2.outer", 3, null]]]',
+               "wrong results: rfactor's tail guard was an if in the innermost loop, which "
+               "gcc 12.2 -O3 miscompiles for AVX-512 (masked, if-converted updates of a "
+               "strided accumulator); the guard is now the loop bound"),
+    77000404: ("blur", {"H": 37, "W": 9},
+               '[["split", "blur_y", ["y", 8, null]], ["split", "blur_y", ["x", 2, null]], '
+               '["reorder", "blur_y", ["y.outer", "x.outer", "y.inner", "x.inner"]], '
+               '["reorder", "blur_x", ["x", "y"]], ["compute_at", "blur_x", ["blur_y", '
+               '"y.outer"]], ["split", "blur_x", ["y", 39, null]], '
+               '["cache_read", "blur_x", ["local", ["blur_y"]]], '
+               '["compute_at", "blur_x.local", ["blur_y", "y.outer"]], '
+               '["compute_at", "blur_x", ["blur_x.local", "ax1"]], '
+               '["unroll", "blur_x.local", ["ax1"]]]',
+               "C did not compile: the unrolled copies of a compute_at nest declared "
+               "'blur_x_ext0' once per copy in one scope"),
+    77003233: ("blur", {"H": 17, "W": 31},
+               '[["split", "blur_y", ["x", 3, null]], ["split", "blur_y", ["y", 8, null]], '
+               '["reorder", "blur_y", ["x.outer", "y.outer", "x.inner", "y.inner"]], '
+               '["split", "blur_x", ["x", 4, null]], ["fuse", "blur_y", ["x.inner", '
+               '"y.inner"]], ["unroll", "blur_y", ["x.outer"]], '
+               '["vectorize", "blur_x", ["x.inner"]], '
+               '["compute_at", "blur_x", ["blur_y", "x.outer"]], '
+               '["compute_at", "blur_x", ["blur_y", "x.outer"]], '
+               '["reorder", "blur_y", ["x.inner.y.inner.fused", "x.outer"]], '
+               '["split", "blur_y", ["y.outer", null, 3]]]',
+               "C did not compile: redefinition of 'blur_x_min0' in unrolled copies"),
+    77005339: ("transpose", {"N": 9, "M": 17, "dtype": "uint8"},
+               '[["unroll", "T", ["j"]], ["cache_read", "A", ["local", ["T"]]], '
+               '["compute_at", "A.local", ["T", "j"]], ["split", "T", ["i", null, 8]], '
+               '["split", "A.local", ["ax0", 1, null]], '
+               '["reorder", "T", ["i.inner", "i.outer", "j"]]]',
+               "C did not compile (ASan batch): redefinition of 'A_local_ext1'"),
+}
+
+
+class _LetsPerBlock(StmtVisitor):
+    """Fails when one let variable is bound twice in one block (one C scope: the let
+    declarations of a Seq's statements share it; loop bodies, branches and allocations open
+    a new one)."""
+
+    def __init__(self):
+        self.blocks: list[set] = [set()]
+
+    def _block(self, s: Stmt) -> None:
+        self.blocks.append(set())
+        self.visit(s)
+        self.blocks.pop()
+
+    def visit_For(self, s: For):
+        self._block(s.body)
+
+    def visit_IfThenElse(self, s: IfThenElse):
+        self._block(s.then)
+        if s.orelse is not None:
+            self._block(s.orelse)
+
+    def visit_Allocate(self, s: Allocate):
+        self._block(s.body)
+
+    def visit_LetStmt(self, s: LetStmt):
+        assert s.var not in self.blocks[-1], f"let {s.var.name} is bound twice in one block"
+        self.blocks[-1].add(s.var)
+        self.visit(s.body)
+
+    def visit_Seq(self, s: Seq):
+        for x in s.stmts:
+            self.visit(x)
+
+
+@pytest.mark.parametrize("seed", sorted(FINDINGS))
+def test_fuzz_finding_is_fixed(seed):
+    op_name, params, steps_json, _ = FINDINGS[seed]
+    op, s = replay_case(op_name, params, steps_json)
+    f = lt.lower(s, op.args)
+    _LetsPerBlock().visit(f.body)
+    err = build_and_run(op, s, "c", seed)
+    assert err is None, f"seed {seed}: {err}\n{f}"
+
+
+def test_rfactor_tail_guard_is_a_loop_bound_not_a_branch():
+    op_name, params, steps_json, _ = FINDINGS[77003810]
+    op, s = replay_case(op_name, params, steps_json)
+    text = str(lt.lower(s, op.args))
+    assert "for k2.inner in [0, (37 - (k2.outer * 4))):" in text, text
+    assert "(((k2.outer * 4) + k2.inner) < 37)" not in text, text
+
+
+def test_unrolled_copies_get_their_own_let_variables():
+    op_name, params, steps_json, _ = FINDINGS[77000404]
+    op, s = replay_case(op_name, params, steps_json)
+    text = str(lt.lower(s, op.args))
+    # nine copies (W = 9): nine distinct variables, told apart in print
+    for name in ["blur_x.ext0"] + [f"blur_x.ext0#{n}" for n in range(2, 10)]:
+        assert f"let {name} = " in text, text
+
+
+def test_printer_tells_apart_two_loops_with_one_name():
+    # blur_x (computed at blur_y's y.outer) splits its own y: a second loop called y.outer
+    # inside the first one
+    op_name, params, steps_json, _ = FINDINGS[77000404]
+    op, s = replay_case(op_name, params, steps_json)
+    text = str(lt.lower(s, op.args))
+    assert "  for y.outer in [0, 5):" in text, text
+    assert "for y.outer#2 in [0, ((blur_x.ext0 + 38) // 39)):" in text, text
+    # the outer one keeps its name inside the inner one's body
+    assert "I[((((y.outer * 8) + ax0) + (y.outer#2 * 39)) + y.inner), 0]" in text, text
+
+
+def test_printer_keeps_plain_names_for_sibling_loops():
+    # four stages each with a loop called i, one after the other: no suffixes
+    op_name, params, steps_json, _ = FINDINGS[77003810]
+    op, s = replay_case(op_name, params, steps_json)
+    text = str(lt.lower(s, op.args))
+    assert "#" not in text, text
+    assert text.count("\n  for i in [0, 11):") == 4, text
