@@ -14,11 +14,20 @@ cannot be loaded into this (uninstrumented) python, so those cases run, batched,
 starts when the module does and runs beside the in-process cases (a second core's work).
 
 ``LOOPTUNE_FUZZ_CASES`` sets the number of cases (default 300, about a minute on 2 cores;
-e.g. 5000 for a long run) and ``LOOPTUNE_FUZZ_BASE`` the base seed.
+e.g. 5000 for a long run) and ``LOOPTUNE_FUZZ_BASE`` the base seed. The default base is
+fixed, so CI runs the same 300 cases every time (a random failure must not block an unrelated
+change); those cases no longer find anything, so look for new bugs on fresh seeds:
+
+    LOOPTUNE_FUZZ_BASE=random LOOPTUNE_FUZZ_CASES=2000 python -m pytest tests/schedule/test_fuzz.py -q
+
+``random`` draws a new base (printed first, with the command that reruns the same batch, and
+again in the summary line). Replay one failing case with ``python tests/schedule/fuzz_gen.py
+SEED``, fix the class of bug, and keep the case in ``test_fuzz_regressions.py``.
 """
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 import textwrap
@@ -35,8 +44,28 @@ sys.path.insert(0, str(HERE))
 from fuzz_gen import SANITIZE_EVERY, Case, build_and_run, generate
 from sanitizer_runner import run_batch, sanitizer_env
 
-BASE = int(os.environ.get("LOOPTUNE_FUZZ_BASE", "20240611"))
+DEFAULT_BASE = 20240611
+
+
+def draw_base(spec: str | None) -> tuple[int, bool]:
+    """(base seed, drawn at random?) from ``LOOPTUNE_FUZZ_BASE``: unset -> the fixed CI base,
+    ``random`` -> a fresh base in [10**8, 10**9) (so the default's seeds never overlap), an
+    integer -> that base."""
+    if spec is None or spec.strip() == "":
+        return DEFAULT_BASE, False
+    if spec.strip().lower() == "random":
+        return 10**8 + secrets.randbelow(9 * 10**8), True
+    try:
+        return int(spec), False
+    except ValueError:
+        raise ValueError(f"LOOPTUNE_FUZZ_BASE={spec!r}: give an integer base seed or "
+                         "'random'") from None
+
+
+BASE, DRAWN = draw_base(os.environ.get("LOOPTUNE_FUZZ_BASE"))
 N_CASES = int(os.environ.get("LOOPTUNE_FUZZ_CASES", "300"))
+REPLAY = (f"LOOPTUNE_FUZZ_BASE={BASE} LOOPTUNE_FUZZ_CASES={N_CASES} "
+          "python -m pytest tests/schedule/test_fuzz.py")
 MIN_ACCEPTED = 0.7      # of the cases, at least this share must lower, build and run
 
 
@@ -66,7 +95,9 @@ class Stats:
         self.refused_cases += case.lowered is None and case.bug is None
 
     def line(self, seconds: float) -> str:
-        return (f"schedule fuzz: {self.cases} cases ({self.sanitized} with ASan+UBSan), "
+        return (f"schedule fuzz (base {BASE}{', drawn at random' if DRAWN else ''}; "
+                f"cases {BASE}..{BASE + N_CASES - 1}): "
+                f"{self.cases} cases ({self.sanitized} with ASan+UBSan), "
                 f"{self.ran} built and ran, {self.refused_cases} refused as invalid at "
                 f"lowering, {self.refused_steps} of {self.steps} primitive calls refused, "
                 f"{len(self.failed)} failed {sorted(self.failed)[:10]}; {seconds:.1f} s; "
@@ -81,6 +112,9 @@ def fuzz_env(tmp_path_factory, request):
     """A private compile cache (so runs measure real builds and leave no litter) and the
     summary line at the end."""
     t0 = time.perf_counter()
+    _to_terminal(request, f"schedule fuzz: base {BASE}"
+                 f"{' (drawn at random)' if DRAWN else ''}, {N_CASES} cases; "
+                 f"rerun this batch with: {REPLAY}")
     old = os.environ.get("LOOPTUNE_CACHE")
     os.environ["LOOPTUNE_CACHE"] = str(tmp_path_factory.mktemp("fuzz-cache"))
     yield
@@ -88,14 +122,18 @@ def fuzz_env(tmp_path_factory, request):
         os.environ.pop("LOOPTUNE_CACHE", None)
     else:
         os.environ["LOOPTUNE_CACHE"] = old
-    line = STATS.line(time.perf_counter() - t0)
+    _to_terminal(request, STATS.line(time.perf_counter() - t0))
+
+
+def _to_terminal(request, line: str) -> None:
+    """Write ``line`` past pytest's output capture, onto the terminal."""
     plugins = request.config.pluginmanager
     reporter, capman = plugins.get_plugin("terminalreporter"), plugins.get_plugin(
         "capturemanager")
     if reporter is None or capman is None:
         print(line)
         return
-    with capman.global_and_fixture_disabled():     # past the capture, onto the terminal
+    with capman.global_and_fixture_disabled():
         reporter.write_line("")
         reporter.write_line(line)
 
@@ -230,3 +268,13 @@ def test_fuzz_summary():
         f"only {accepted} of {STATS.cases} cases lowered and built; the generator refuses "
         f"too much: {STATS.line(0.0)}")
     assert STATS.refused_steps > 0, "no primitive call was refused: the bad choices are gone"
+
+
+def test_fuzz_base_from_the_environment():
+    assert draw_base(None) == (DEFAULT_BASE, False)
+    assert draw_base("") == (DEFAULT_BASE, False)
+    assert draw_base("77000000") == (77000000, False)
+    drawn = {draw_base("random") for _ in range(5)}
+    assert all(d and 10**8 <= b < 10**9 for b, d in drawn) and len(drawn) > 1
+    with pytest.raises(ValueError, match=r"LOOPTUNE_FUZZ_BASE='soon': give an integer"):
+        draw_base("soon")
