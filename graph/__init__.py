@@ -13,6 +13,7 @@ from __future__ import annotations
 from ..errors import GraphError
 from .ir import Graph, Node, TensorType, Value
 from .registry import OpDef, OpPattern, get_op, register, supported_ops
+from .onnx_import import from_onnx
 
 __all__ = ["Graph", "GraphError", "Node", "OpDef", "OpPattern", "TensorType", "Value",
-           "get_op", "register", "supported_ops"]
+           "get_op", "register", "supported_ops", "from_onnx"]
