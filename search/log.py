@@ -8,12 +8,24 @@ One line per measured candidate::
      "run_time": 0.05, "timestamp": "2025-...Z", "steps": "[[\\"split\\", ...]]",
      "version": "0.1.0", "host": {...}}
 
+``kind`` is ``"measure"`` for a candidate of the search and ``"remeasure"`` for the runs that
+confirm the top configs at the end of a tune; ``noise`` holds the reference kernel's drift
+while the candidate was measured; ``host`` the CPU model, the resolved ``-march``, the
+compiler and its version. Older lines without these fields still load.
+
 Each record is appended with a single ``write`` on a file opened with ``O_APPEND`` (and
 optionally ``fsync``), so a ``kill -9`` leaves every earlier line whole; the loader skips a
-torn last line with a warning, and the writer starts a fresh line after one.
+torn last line, and any malformed record (wrong types, costs that are not positive finite
+seconds, nesting too deep to parse), with one warning line each; the writer starts a fresh
+line after a torn one.
+
+Which config is *best* is decided in one place, :func:`rank_configs` (the median over each
+config's records; re-measured configs first); ``load_best``, ``apply_history_best``,
+``auto_schedule`` and the command line all use it.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import functools
 import json
@@ -21,12 +33,15 @@ import logging
 import math
 import os
 import platform
-from collections.abc import Iterable
+import re
+import subprocess
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from ..errors import LooptuneError
+from .knobs import jsonable
 from .measure import ErrorKind, MeasureResult
 from .space import ConfigEntity, ConfigSpace
 from .template import DispatchContext, TaskKey, Template, canonical_target, freeze_args
@@ -37,8 +52,7 @@ FORMAT_VERSION = 1
 
 
 @functools.lru_cache(maxsize=1)
-def host_info() -> dict[str, Any]:
-    """Where measurements were taken: host name, CPU model and count, OS, Python."""
+def _machine_info() -> dict[str, Any]:
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
@@ -51,6 +65,64 @@ def host_info() -> dict[str, Any]:
     return {"hostname": platform.node(), "cpu": cpu, "ncpu": os.cpu_count(),
             "machine": platform.machine(), "os": platform.platform(),
             "python": platform.python_version()}
+
+
+@functools.lru_cache(maxsize=None)
+def resolved_march(cc: str, march: str) -> str:
+    """What ``-march=<march>`` means to compiler ``cc`` here (``native`` -> ``znver3``, ...);
+    ``march`` itself when the compiler does not say."""
+    try:
+        out = subprocess.run([cc, f"-march={march}", "-Q", "--help=target"],
+                             capture_output=True, text=True, timeout=30, check=False).stdout
+        m = re.search(r"^\s*-march=\s+(\S+)", out, re.M)
+        if m:
+            return m.group(1)
+        out = subprocess.run([cc, f"-march={march}", "-###", "-x", "c", "-c", os.devnull],
+                             capture_output=True, text=True, timeout=30, check=False).stderr
+        m = re.search(r'"-target-cpu" "([^"]+)"', out)       # clang
+        return m.group(1) if m else march
+    except (OSError, subprocess.SubprocessError):
+        return march
+
+
+@functools.lru_cache(maxsize=None)
+def host_info(target: str | None = None) -> dict[str, Any]:
+    """Where measurements were taken: host name, CPU model and count, OS, Python; for a C
+    target also its compiler (``cc``, ``cc_version``) and the resolved ``-march``."""
+    info = dict(_machine_info())
+    if target is None:
+        return info
+    from ..backends.target import Target
+    try:
+        t = Target.parse(target)
+    except LooptuneError:
+        return info
+    if t.kind == "c":
+        from ..backends.compiler import compiler_version
+        cc = str(t.options.get("cc", "gcc"))
+        try:
+            info["cc_version"] = compiler_version(cc)
+        except LooptuneError:
+            info["cc_version"] = None
+        info["cc"] = cc
+        info["march"] = resolved_march(cc, str(t.options.get("march", "native")))
+    return info
+
+
+HOST_KEYS = ("cpu", "march")          # what must agree for timings to be comparable
+
+
+def same_host(recorded: dict[str, Any], here: dict[str, Any]) -> bool:
+    """Whether a record's ``host`` is this machine as far as timings go: the same CPU model
+    and resolved ``-march`` (fields a record lacks, as in older logs, are not compared)."""
+    return all(recorded.get(k) in (None, "") or here.get(k) in (None, "")
+               or recorded.get(k) == here.get(k) for k in HOST_KEYS)
+
+
+def describe_host(h: dict[str, Any]) -> str:
+    """``"AMD EPYC 7B13, -march=znver3"`` (what a warning names)."""
+    cpu = h.get("cpu") or "an unknown CPU"
+    return f"{cpu}, -march={h['march']}" if h.get("march") else str(cpu)
 
 
 def _version() -> str:
@@ -78,6 +150,8 @@ class Record:
     flop: float | None = None
     version: str = ""
     host: dict[str, Any] = field(default_factory=dict)
+    kind: str = "measure"
+    noise: dict[str, Any] | None = None
 
     @property
     def index(self) -> int:
@@ -109,7 +183,8 @@ class Record:
         """The record of a measurement of task ``key``."""
         return Record(key, res.config.to_json(), list(res.costs), res.error_kind.value,
                       res.error_msg, res.build_time, res.run_time, _iso(res.timestamp),
-                      res.steps, res.flop, _version(), host_info())
+                      res.steps, res.flop, _version(), host_info(key.target),
+                      getattr(res, "kind", "measure"), getattr(res, "noise", None))
 
     def to_result(self, space: ConfigSpace) -> MeasureResult:
         """This record as a MeasureResult of ``space`` (raises when the knobs changed)."""
@@ -119,7 +194,8 @@ class Record:
         except (TypeError, ValueError):
             ts = 0.0
         return MeasureResult(cfg, list(self.costs), ErrorKind(self.error_kind), self.error_msg,
-                             self.build_time, self.run_time, ts, self.steps, self.flop)
+                             self.build_time, self.run_time, ts, self.steps, self.flop,
+                             self.kind, self.noise)
 
     def to_json(self) -> dict[str, Any]:
         """The record as JSON data (one log line)."""
@@ -131,26 +207,94 @@ class Record:
                 "error": self.error_kind, "error_msg": self.error_msg,
                 "build_time": round(self.build_time, 6), "run_time": round(self.run_time, 6),
                 "timestamp": self.timestamp, "steps": self.steps, "flop": self.flop,
-                "version": self.version, "host": self.host}
+                "version": self.version, "host": self.host, "kind": self.kind,
+                **({"noise": self.noise} if self.noise else {})}
 
     @staticmethod
-    def from_json(obj: dict[str, Any]) -> Record:
-        """Parse one log line's data (raises KeyError/TypeError/ValueError when malformed)."""
+    def from_json(obj: Any) -> Record:
+        """Parse one log line's data; ValueError naming the field when it is malformed."""
+        if not isinstance(obj, dict):
+            raise ValueError(f"a record is a JSON object; got {type(obj).__name__}")
         v = obj.get("v")
-        if not isinstance(v, int) or v > FORMAT_VERSION:
+        if isinstance(v, bool) or not isinstance(v, int) or v > FORMAT_VERSION:
             raise ValueError(f"unsupported record format version {v!r} (this looptune reads "
                              f"up to {FORMAT_VERSION})")
-        t = obj["task"]
-        key = TaskKey(t["name"], freeze_args(t["args"]), t["target"])
-        cfg = obj["config"]
-        if not isinstance(cfg.get("index"), int):
-            raise ValueError("record has no config index")
-        ErrorKind(obj["error"])
-        return Record(key, cfg, [float(c) for c in obj.get("costs") or []], obj["error"],
-                      obj.get("error_msg", ""), float(obj.get("build_time", 0.0)),
-                      float(obj.get("run_time", 0.0)), obj.get("timestamp", ""),
-                      obj.get("steps"), obj.get("flop"), obj.get("version", ""),
-                      obj.get("host") or {})
+        t = _field(obj, "task", dict)
+        try:
+            args = freeze_args(_field(t, "args", list, "task.args"))
+        except LooptuneError as e:
+            raise ValueError(f"task.args: {e}") from None
+        key = TaskKey(_field(t, "name", str, "task.name"), args,
+                      _field(t, "target", str, "task.target"))
+        cfg = _field(obj, "config", dict)
+        index = cfg.get("index")
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            raise ValueError(f"config.index must be an int >= 0; got {index!r}")
+        if cfg.get("knobs") is not None and not isinstance(cfg["knobs"], dict):
+            raise ValueError("config.knobs must be an object")
+        error = _field(obj, "error", str)
+        ErrorKind(error)
+        costs = _costs(obj.get("costs"))
+        if error == "none" and not costs:
+            raise ValueError("a correct record (error 'none') without costs")
+        kind = obj.get("kind", "measure")
+        if kind not in RECORD_KINDS:
+            raise ValueError(f"kind must be one of {RECORD_KINDS}; got {kind!r}")
+        return Record(key, cfg, costs, error, _opt(obj, "error_msg", str, ""),
+                      _seconds(obj, "build_time"), _seconds(obj, "run_time"),
+                      _opt(obj, "timestamp", str, ""), _opt(obj, "steps", str, None),
+                      _flop(obj.get("flop")), _opt(obj, "version", str, ""),
+                      _opt(obj, "host", dict, None) or {}, kind,
+                      _opt(obj, "noise", dict, None))
+
+
+RECORD_KINDS = ("measure", "remeasure")
+
+
+def _field(obj: dict, name: str, typ: type, label: str | None = None):
+    if name not in obj:
+        raise ValueError(f"missing field '{label or name}'")
+    val = obj[name]
+    if not isinstance(val, typ) or isinstance(val, bool):
+        raise ValueError(f"'{label or name}' must be {typ.__name__}; got {val!r:.60}")
+    return val
+
+
+def _opt(obj: dict, name: str, typ: type, default):
+    val = obj.get(name)
+    return default if val is None else _field(obj, name, typ)
+
+
+def _is_num(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _costs(costs) -> list[float]:
+    if costs is None:
+        return []
+    if not isinstance(costs, list):
+        raise ValueError(f"costs must be a list of seconds; got {costs!r:.60}")
+    for k, c in enumerate(costs):
+        if not _is_num(c) or not math.isfinite(c) or c <= 0:
+            raise ValueError(f"costs[{k}] is {c!r:.30}: a cost must be positive finite seconds")
+    return [float(c) for c in costs]
+
+
+def _seconds(obj: dict, name: str) -> float:
+    val = obj.get(name, 0.0)
+    if val is None:
+        return 0.0
+    if not _is_num(val) or not math.isfinite(val) or val < 0:
+        raise ValueError(f"{name} must be seconds >= 0; got {val!r:.30}")
+    return float(val)
+
+
+def _flop(val) -> float | None:
+    if val is None:
+        return None
+    if not _is_num(val) or not math.isfinite(val) or val < 0:
+        raise ValueError(f"flop must be a number >= 0; got {val!r:.30}")
+    return val
 
 
 def _listify(x):
@@ -210,14 +354,17 @@ def _ends_torn(path: Path) -> bool:
 
 # ---- reading ---------------------------------------------------------------------------------
 
-LogSource = str | os.PathLike | Iterable
+LogSource = str | os.PathLike | TextIO | Iterable
 
 
 def load_records(log_src: LogSource, task=None) -> list[Record]:
-    """Every complete record of one or more logs (paths, or Records), optionally only those
-    of ``task`` (a Task or TaskKey). Malformed lines are skipped with a warning."""
+    """Every complete record of one or more logs (paths, open streams such as ``sys.stdin``,
+    or Records), optionally only those of ``task`` (a Task or TaskKey). Each malformed line
+    is skipped with one warning line."""
     if isinstance(log_src, (str, os.PathLike)):
         recs = list(_read(Path(log_src)))
+    elif hasattr(log_src, "read"):
+        recs = list(parse_lines(log_src.read(), getattr(log_src, "name", "<stream>")))
     else:
         recs = []
         for item in log_src:
@@ -231,75 +378,200 @@ def load_records(log_src: LogSource, task=None) -> list[Record]:
 def _read(path: Path) -> Iterable[Record]:
     if not path.exists():
         raise LooptuneError(f"tuning log {path} does not exist")
-    with open(path, "rb") as f:
-        lines = f.read().split(b"\n")
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise LooptuneError(f"cannot read tuning log {path}: {e.strerror}") from None
+    return parse_lines(data, str(path))
+
+
+def parse_lines(data: bytes | str, source: str) -> Iterator[Record]:
+    """The records of a log's text; each malformed line is skipped with one warning line
+    naming ``source``, the line and what is wrong."""
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogateescape")
+    lines = data.split(b"\n")
     last = len(lines) - 1           # the text after the final newline (empty when whole)
     for n, raw in enumerate(lines, 1):
         if not raw.strip():
             continue
         try:
             yield Record.from_json(json.loads(raw))
+        except RecursionError:
+            _skip(source, n, last, "nested deeper than a tuning record can be")
         except (ValueError, KeyError, TypeError, AttributeError) as e:
-            where = "a torn last line" if n - 1 == last else f"malformed line {n}"
-            log.warning("tuning log %s: ignoring %s (%s)", path, where, str(e)[:120])
+            _skip(source, n, last, str(e))
+
+
+def _skip(source: str, n: int, last: int, why: str) -> None:
+    where = "a torn last line" if n - 1 == last else f"malformed line {n}"
+    log.warning("tuning log %s: ignoring %s (%s)", source, where, _one_line(why, 160))
+
+
+def _one_line(text: object, limit: int = 300) -> str:
+    t = " ".join(str(text).split())
+    return t if len(t) <= limit else t[:limit] + "..."
+
+
+# ---- the rule for "best" -----------------------------------------------------------------
+
+
+def rank_configs(records: Iterable[Record]) -> list[Record]:
+    """The configs of one task's ``records``, best first, by looptune's one rule for "best":
+
+    1. a config that gave a wrong result in any record is never best (failed records of
+       other kinds are ignored: a timeout under load does not condemn a config);
+    2. a config's cost is the **median over its correct records** (each record's cost is the
+       median of its repeats), not the minimum of one lucky measurement;
+    3. configs with re-measure records (the top configs timed again, interleaved, at the end
+       of a tune) rank before configs measured once during a search, whose timings were
+       never confirmed; ties go to the lower cost, then the lower index.
+
+    Each config comes back as one Record: its only record, or its latest one with ``costs``
+    set to the per-record costs (so ``.cost`` is the median of rule 2) and ``kind``
+    ``"remeasure"`` when any of its records is one. A config is its index *and* knob values,
+    so records of an older template with other knobs never merge with current ones.
+    """
+    groups: dict[tuple, list[Record]] = {}
+    wrong: set[tuple] = set()
+    for r in records:
+        g = (r.index, json.dumps(r.config.get("knobs"), sort_keys=True, default=str))
+        if r.error_kind == ErrorKind.WRONG_RESULT.value:
+            wrong.add(g)
+        elif r.ok:
+            groups.setdefault(g, []).append(r)
+    ranked = [_merge(recs) for g, recs in groups.items() if g not in wrong]
+    ranked.sort(key=lambda r: (r.kind != "remeasure", r.cost, r.index))
+    return ranked
+
+
+def _merge(recs: list[Record]) -> Record:
+    if len(recs) == 1:
+        return recs[0]
+    kind = "remeasure" if any(r.kind == "remeasure" for r in recs) else "measure"
+    return dataclasses.replace(recs[-1], costs=[r.cost for r in recs], kind=kind, noise=None)
 
 
 def best_by_task(records: Iterable[Record]) -> dict[TaskKey, list[Record]]:
-    """Each task's correct records, best (lowest cost) first."""
-    out: dict[TaskKey, list[Record]] = {}
+    """Each task's configs, best first by :func:`rank_configs` (one Record per config)."""
+    by: dict[TaskKey, list[Record]] = {}
     for r in records:
-        if r.ok:
-            out.setdefault(r.task, []).append(r)
-    for recs in out.values():
-        recs.sort(key=lambda r: r.cost)
-    return out
+        by.setdefault(r.task, []).append(r)
+    return {k: ranked for k, recs in by.items() if (ranked := rank_configs(recs))}
 
 
-def load_best(log_src: LogSource, task) -> Record | None:
-    """The best correct record of ``task`` (a Task or TaskKey) in the log, or None."""
+def for_this_host(records: list[Record], any_host: bool = False,
+                  who: str = "load_best") -> list[Record]:
+    """The records of one task whose timings can be ranked here. With ``any_host`` all of
+    them. Else this host's (same CPU model and resolved ``-march``, :func:`same_host`) when
+    it has a correct one, the others being ignored with a warning; when only other hosts
+    measured the task, their records, with a warning naming the host (never silently)."""
+    if any_host or not records:
+        return records
+    here = host_info(records[0].task.target)
+    mine = [r for r in records if same_host(r.host, here)]
+    if len(mine) == len(records):
+        return records
+    others = ", ".join(sorted({describe_host(r.host) for r in records
+                               if not same_host(r.host, here)}))
+    if any(r.ok for r in mine):
+        log.warning("%s: task %s: ignoring %d records measured on another host (%s); this "
+                    "host is %s (any_host=True or --any-host ranks them together)", who,
+                    records[0].task, len(records) - len(mine), others, describe_host(here))
+        return mine
+    log.warning("%s: task %s was tuned on another host (%s), not on this one (%s); using its "
+                "records anyway: tune here for configs that suit this machine (any_host=True "
+                "or --any-host silences this)", who, records[0].task, others,
+                describe_host(here))
+    return records
+
+
+def iter_best(records: Iterable[Record], task, any_host: bool = False,
+              who: str = "load_best") -> Iterator[tuple[Record, ConfigEntity]]:
+    """``(record, config)`` of ``task`` (a Task) best first by :func:`rank_configs`, each
+    config checked against the task's space as ``apply_history_best`` does: a record whose
+    index is out of range or whose knob values differ (the template changed) is skipped with
+    one warning line."""
+    key = task.key
+    mine = for_this_host([r for r in records if r.task == key], any_host, who)
+    for rec in rank_configs(mine):
+        try:
+            cfg = task.config_space.from_json(rec.config)
+        except (LooptuneError, IndexError) as e:
+            log.warning("%s: skipping config %d of task %s: %s", who, rec.index, key,
+                        _mismatch(task.config_space, rec, e))
+            continue
+        yield rec, cfg
+
+
+def _mismatch(space: ConfigSpace, rec: Record, err: Exception) -> str:
+    """Why a record does not fit ``space``, in one line."""
+    if isinstance(err, IndexError):
+        return (f"its index is out of range [0, {space.size}) of the template's space (the "
+                "template changed since the log was written, or the record is corrupt)")
+    now = space.get(rec.index).knob_values()
+    old = rec.config.get("knobs") or {}
+    diff = [f"{k}: {old.get(k)!r:.40} in the log, {now.get(k)!r:.40} now"
+            for k in sorted(set(now) | set(old)) if jsonable(old.get(k)) != now.get(k)]
+    return _one_line("the template's knobs changed since the log was written ("
+                     + "; ".join(diff[:4]) + ("; ..." if len(diff) > 4 else "") + ")")
+
+
+def load_best(log_src: LogSource, task, any_host: bool = False) -> Record | None:
+    """The best record of ``task`` in the log by :func:`rank_configs`, or None. With a Task
+    (not a bare TaskKey), records that do not fit its config space are skipped with a
+    warning. Records of other hosts: see :func:`for_this_host`."""
     key = getattr(task, "key", task)
-    recs = best_by_task(load_records(log_src, key)).get(key)
-    return recs[0] if recs else None
+    records = load_records(log_src, key)
+    if hasattr(task, "config_space"):
+        return next((rec for rec, _ in iter_best(records, task, any_host)), None)
+    ranked = rank_configs(for_this_host(records, any_host))
+    return ranked[0] if ranked else None
 
 
 # ---- apply-best ------------------------------------------------------------------------------
 
 
 class ApplyHistoryBest(DispatchContext):
-    """Inside it, calling a template picks the best correct logged config of its task."""
+    """Inside it, calling a template picks the best logged config of its task."""
 
-    def __init__(self, log_src: LogSource, target=None):
+    def __init__(self, log_src: LogSource, target=None, any_host: bool = False):
         self.target = canonical_target(target) if target is not None else None
-        self.best = best_by_task(load_records(log_src))
+        self.any_host = any_host
+        self.records: dict[TaskKey, list[Record]] = {}
+        for r in load_records(log_src):
+            self.records.setdefault(r.task, []).append(r)
         self.applied: list[tuple[TaskKey, ConfigEntity]] = []
         self._tasks: dict[TaskKey, Any] = {}
         self._expect: dict[int, Record] = {}
 
-    def _candidates(self, tpl: Template, args: tuple) -> list[Record]:
+    def _key(self, tpl: Template, args: tuple) -> TaskKey | None:
         if self.target is not None:
-            return self.best.get(TaskKey(tpl.name, args, self.target), [])
-        keys = [k for k in self.best if k.name == tpl.name and k.args == args]
+            key = TaskKey(tpl.name, args, self.target)
+            return key if key in self.records else None
+        keys = [k for k in self.records if k.name == tpl.name and k.args == args
+                and any(r.ok for r in self.records[k])]
         if len({k.target for k in keys}) > 1:
             raise LooptuneError(f"apply_history_best: the log holds task {tpl.name}{args} for "
                                 f"several targets {sorted(k.target for k in keys)}; pass "
                                 "target=... to choose one")
-        return self.best[keys[0]] if keys else []
+        return keys[0] if keys else None
 
     def keys_for(self, tpl: Template, args: tuple) -> list[TaskKey]:
         return [TaskKey(tpl.name, args, self.target or "any")]
 
     def query(self, tpl: Template, args: tuple) -> ConfigEntity | None:
         from .task import Task
-        for rec in self._candidates(tpl, args):
-            task = self._tasks.get(rec.task)
-            if task is None:
-                task = self._tasks[rec.task] = Task(tpl, args, rec.task.target)
-            try:
-                cfg = task.config_space.from_json(rec.config)
-            except (LooptuneError, IndexError) as e:
-                log.warning("apply_history_best: skipping a record of task %s: %s", rec.task, e)
-                continue
-            self.applied.append((rec.task, cfg))
+        key = self._key(tpl, args)
+        if key is None:
+            return None
+        task = self._tasks.get(key)
+        if task is None:
+            task = self._tasks[key] = Task(tpl, args, key.target)
+        for rec, cfg in iter_best(self.records[key], task, self.any_host,
+                                  "apply_history_best"):
+            self.applied.append((key, cfg))
             fresh = ConfigEntity(cfg.index, cfg._entities, task.config_space)
             self._expect[id(fresh)] = rec
             return fresh
@@ -316,8 +588,12 @@ class ApplyHistoryBest(DispatchContext):
                         "was written (or is not deterministic)", rec.task, cfg.index)
 
 
-def apply_history_best(log_src: LogSource, target=None) -> ApplyHistoryBest:
-    """A context in which templates use the best correct config of ``log_src`` for their
-    task. ``target`` selects records of one target (default: the log's only target for the
-    task). Templates without a matching record fall back, with a warning naming the task."""
-    return ApplyHistoryBest(log_src, target)
+def apply_history_best(log_src: LogSource, target=None,
+                       any_host: bool = False) -> ApplyHistoryBest:
+    """A context in which templates use the best config of ``log_src`` for their task, by
+    :func:`rank_configs` (the median over a config's records; re-measured configs first),
+    among the records that fit the template's current knobs. ``target`` selects records of
+    one target (default: the log's only target for the task); ``any_host`` ranks records of
+    every host together (default: this host's, see :func:`for_this_host`). Templates without
+    a matching record fall back, with a warning naming the task."""
+    return ApplyHistoryBest(log_src, target, any_host)

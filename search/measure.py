@@ -104,6 +104,8 @@ class MeasureResult:
     timestamp: float = field(default_factory=time.time)
     steps: str | None = None
     flop: float | None = None
+    kind: str = "measure"                  # "remeasure": a run confirming a top config
+    noise: dict | None = None              # the reference kernel's drift around this run
 
     @property
     def ok(self) -> bool:

@@ -13,7 +13,7 @@ from looptune.errors import LooptuneError
 from looptune.schedule.steps import dumps
 from looptune.search import (ErrorKind, LogWriter, MeasureResult, Record, apply_history_best,
                              create_task, load_best, load_records)
-from looptune.search.log import FORMAT_VERSION
+from looptune.search.log import FORMAT_VERSION, rank_configs
 
 
 def _rec(task, index, cost=None, kind=ErrorKind.NONE, steps=True) -> Record:
@@ -185,3 +185,162 @@ def test_contexts_nest_and_unwind(tmp_path, task):
         tmatmul(16, 16, 16)
     assert [c.index for _, c in inner.applied] == [2]
     assert [c.index for _, c in outer.applied] == [1]
+
+
+# ---- malformed records: each skipped with one warning line -----------------------------------
+
+def _good(task, index=4, cost=1e-3) -> dict:
+    return _rec(task, index, cost).to_json()
+
+
+def _bad_variants(good: dict) -> dict[str, str]:
+    def edit(**kw) -> str:
+        return json.dumps({**good, **kw})
+    return {
+        "negative cost": edit(costs=[1e-3, -5e-4, 1e-3]),
+        "zero cost": edit(costs=[0.0, 0.0]),
+        "NaN cost": edit(costs=[float("nan")]),
+        "infinite cost": edit(costs=[float("inf")]),
+        "string cost": edit(costs=["fast"]),
+        "bool cost": edit(costs=[True]),
+        "costs not a list": edit(costs=0.001),
+        "correct without costs": edit(costs=[]),
+        "negative index": edit(config={**good["config"], "index": -3}),
+        "index a string": edit(config={**good["config"], "index": "7"}),
+        "index a bool": edit(config={**good["config"], "index": True}),
+        "knobs a list": edit(config={"index": 4, "knobs": [1, 2]}),
+        "task a list": edit(task=["test_matmul"]),
+        "args a string": edit(task={**good["task"], "args": "16,16,16"}),
+        "args holding an object": edit(task={**good["task"], "args": [{"a": 1}]}),
+        "target a number": edit(task={**good["task"], "target": 3}),
+        "unknown error kind": edit(error="meh"),
+        "negative build time": edit(build_time=-1),
+        "host a list": edit(host=["x"]),
+        "steps a number": edit(steps=5),
+        "unknown kind": edit(kind="guess"),
+        "not an object": json.dumps([good]),
+        "deep nesting": "[" * 200_000 + "]" * 200_000,
+        "deep nesting in args": json.dumps({**good, "task": {**good["task"], "args": []}},
+                                           separators=(",", ":"))
+        .replace('"args":[]', '"args":' + "[" * 200_000 + "]" * 200_000),
+    }
+
+
+def test_every_malformed_record_is_skipped_with_one_warning_line(tmp_path, task, caplog):
+    good = _good(task)
+    bad = _bad_variants(good)
+    path = tmp_path / "log.jsonl"
+    path.write_text("\n".join([json.dumps(good), *bad.values(), json.dumps(good)]) + "\n")
+    caplog.set_level(logging.WARNING, logger="looptune.search")
+    recs = load_records(path)
+    assert [r.index for r in recs] == [4, 4]
+    msgs = [m.getMessage() for m in caplog.records]
+    assert len(msgs) == len(bad)                       # one warning per bad line
+    for n, (name, msg) in enumerate(zip(bad, msgs), 2):
+        assert f"malformed line {n} " in msg, name
+        assert "\n" not in msg and len(msg) < 400, name
+
+
+def test_a_negative_cost_never_wins(tmp_path, task):
+    path = tmp_path / "log.jsonl"
+    cheat = {**_good(task, 9), "costs": [-1.0, -1.0, -1.0]}
+    path.write_text(json.dumps(cheat) + "\n" + json.dumps(_good(task, 3, 2e-3)) + "\n")
+    assert load_best(path, task).index == 3
+    with apply_history_best(path) as ctx:
+        tmatmul(16, 16, 16)
+    assert ctx.applied[0][1].index == 3
+
+
+def test_out_of_range_index_is_skipped_by_load_best_and_apply_best(tmp_path, task, caplog):
+    path = tmp_path / "log.jsonl"
+    huge = {**_good(task, 1, 1e-6), "config": {"index": task.config_space.size + 5}}
+    path.write_text(json.dumps(huge) + "\n" + json.dumps(_good(task, 3, 2e-3)) + "\n")
+    caplog.set_level(logging.WARNING, logger="looptune.search")
+    assert load_best(path, task).index == 3
+    with apply_history_best(path) as ctx:
+        tmatmul(16, 16, 16)
+    assert ctx.applied[0][1].index == 3
+    msgs = [m.getMessage() for m in caplog.records]
+    assert sum(f"skipping config {task.config_space.size + 5}" in m and "out of range" in m
+               for m in msgs) == 2
+
+
+def test_records_load_from_a_stream(task):
+    import io
+    text = json.dumps(_good(task, 6)) + "\n{broken\n"
+    recs = load_records(io.StringIO(text))
+    assert [r.index for r in recs] == [6]
+
+
+# ---- the rule for "best": the median over a config's records -----------------------------------
+
+def _with_costs(task, index, cost_list, kind="measure"):
+    out = []
+    for c in cost_list:
+        r = _rec(task, index, c)
+        r.kind = kind
+        out.append(r)
+    return out
+
+
+def test_best_is_the_median_over_a_configs_records_not_its_luckiest(tmp_path, task):
+    path = tmp_path / "log.jsonl"
+    lucky = _with_costs(task, 1, [1e-3, 3e-3, 3.1e-3])      # min 1e-3, median 3e-3
+    steady = _with_costs(task, 2, [2e-3, 2.1e-3])           # median 2.05e-3
+    _write(path, lucky + steady)
+    best = load_best(path, task)
+    assert best.index == 2 and best.cost == pytest.approx(2.05e-3)
+    ranked = rank_configs(load_records(path))
+    assert [r.index for r in ranked] == [2, 1]
+    assert ranked[1].costs == pytest.approx([1e-3, 3e-3, 3.1e-3])
+    with apply_history_best(path) as ctx:
+        tmatmul(16, 16, 16)
+    assert ctx.applied[0][1].index == 2
+
+
+def test_remeasured_configs_rank_before_configs_measured_once(tmp_path, task):
+    path = tmp_path / "log.jsonl"
+    once = _with_costs(task, 5, [1e-3])                     # never confirmed
+    confirmed = _with_costs(task, 6, [2e-3]) + _with_costs(task, 6, [2.2e-3, 2.1e-3],
+                                                           "remeasure")
+    _write(path, once + confirmed)
+    best = load_best(path, task)
+    assert best.index == 6 and best.kind == "remeasure" and best.cost == pytest.approx(2.1e-3)
+
+
+def test_a_config_that_was_ever_wrong_is_never_best(tmp_path, task):
+    path = tmp_path / "log.jsonl"
+    _write(path, _with_costs(task, 7, [1e-4]) + [_rec(task, 7, 1e-4, ErrorKind.WRONG_RESULT)]
+           + _with_costs(task, 8, [1e-3]))
+    assert load_best(path, task).index == 8
+
+
+# ---- hosts --------------------------------------------------------------------------------
+
+def test_records_carry_cpu_march_and_compiler(task):
+    host = _rec(task, 1, 1e-3).host
+    assert host["cpu"] and host["march"] and host["march"] != "native"
+    assert host["cc"] == "gcc" and "gcc" in host["cc_version"].lower()
+
+
+def _elsewhere(rec: Record) -> Record:
+    rec.host = {**rec.host, "cpu": "Imaginary CPU 9000", "march": "imaginary9"}
+    return rec
+
+
+def test_records_of_another_host_are_never_applied_silently(tmp_path, task, caplog):
+    path = tmp_path / "log.jsonl"
+    _write(path, [_elsewhere(_rec(task, 1, 1e-5)), _rec(task, 2, 1e-3)])
+    caplog.set_level(logging.WARNING, logger="looptune.search")
+    assert load_best(path, task).index == 2                    # this host's record
+    assert "ignoring 1 records measured on another host (Imaginary CPU 9000, " \
+           "-march=imaginary9)" in caplog.text
+    caplog.clear()
+    assert load_best(path, task, any_host=True).index == 1     # ranked together, silently
+    assert caplog.text == ""
+    only = tmp_path / "only.jsonl"
+    _write(only, [_elsewhere(_rec(task, 3, 1e-3))])
+    with apply_history_best(only) as ctx:
+        tmatmul(16, 16, 16)
+    assert ctx.applied[0][1].index == 3
+    assert "was tuned on another host (Imaginary CPU 9000" in caplog.text
