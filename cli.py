@@ -187,6 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-o", "--output", help="write the best-so-far curve to this PNG")
     r.add_argument("--top", type=int, default=5)
     r.set_defaults(func=cmd_report)
+
+    from .graph.cli import add_parser as add_graph_parser
+    add_graph_parser(sub)
     return p
 
 
