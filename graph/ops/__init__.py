@@ -2,4 +2,4 @@
 family)."""
 from __future__ import annotations
 
-from . import elementwise  # noqa: F401
+from . import elementwise, nn, pool  # noqa: F401
