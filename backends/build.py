@@ -1,7 +1,6 @@
 """``build``: lower a schedule, generate code for a target, compile, load, wrap in a Module."""
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import cffi
@@ -14,6 +13,7 @@ from ..schedule.schedule import Schedule
 from .c_codegen import CSource, generate_c
 from .compiler import compile_shared, flags_for
 from .module import ArgChecker, TimeResult, time_callable
+from .sanitize import check_function_name
 from .target import Target
 
 _CFFI_TYPES = {"float16": "uint16_t", "bool": "bool"}
@@ -80,9 +80,6 @@ def _cffi_decl(func: LoweredFunc) -> str:
     return f"int {func.name}({', '.join(params)});"
 
 
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
 def build(s, args, target="c", name: str = "main"):
     """Compile schedule ``s`` into a callable taking ``args`` (tensors, in order).
 
@@ -91,8 +88,7 @@ def build(s, args, target="c", name: str = "main"):
     ``"opencl"`` with ``-device=cpu|gpu``. Raises ScheduleError for an invalid schedule and
     BuildError when code generation or the compiler fails.
     """
-    if not isinstance(name, str) or not _IDENT.match(name):
-        raise BuildError(f"build: function name {name!r} must be a C identifier")
+    check_function_name(name if not isinstance(s, LoweredFunc) else s.name)
     tgt = Target.parse(target)
     if not isinstance(s, (Schedule, LoweredFunc)):
         raise BuildError(f"build: expected a schedule (lt.create_schedule) or a lowered "

@@ -13,7 +13,6 @@ import ctypes.util
 import functools
 import math
 import platform
-import re
 from dataclasses import dataclass
 
 from ..errors import BuildError
@@ -23,6 +22,7 @@ from ..lang.simplify import const_bound, simplify, upper_bound
 from ..lang.visitor import ExprVisitor
 from ..schedule.lower import LoweredFunc
 from ..schedule.stmt import Buffer, For, ForKind, StmtVisitor
+from .sanitize import c_identifier, is_reserved
 
 STACK_LIMIT = 8 * 1024   # bytes; larger or symbolic buffers go to the heap (big stack arrays
 # next to a register tile keep gcc from promoting the tile to registers: 4x slower)
@@ -71,11 +71,6 @@ def _reads_memory(e: Expr) -> bool:
     v = _ReadsMemory()
     v.visit(e)
     return v.found
-
-
-def c_name(name: str) -> str:
-    s = re.sub(r"[^0-9A-Za-z_]", "_", name)
-    return s if s and not s[0].isdigit() else "v_" + s
 
 
 def _fn(name: str, dtype: str) -> str:
@@ -188,9 +183,9 @@ class CCodegen(StmtVisitor):
 
     def _unique(self, key: tuple, name: str) -> str:
         if key not in self.names:
-            base, n = c_name(name), 1
+            base, n = c_identifier(name), 1
             out = base
-            while out in self.used or out in _RESERVED:
+            while out in self.used or is_reserved(out):
                 out, n = f"{base}_{n}", n + 1
             self.used.add(out)
             self.names[key] = out
@@ -358,13 +353,6 @@ def vector_math_functions() -> frozenset:
     if platform.machine() != "x86_64" or ctypes.util.find_library("mvec") is None:
         return frozenset()
     return frozenset(n + sfx for n in _LIBMVEC for sfx in ("", "f"))
-
-
-_RESERVED = {"int", "float", "double", "char", "for", "if", "else", "return", "void", "const",
-             "restrict", "static", "inline", "long", "short", "unsigned", "signed", "bool",
-             "true", "false", "free", "exp", "log", "sqrt", "main", "case", "do", "while",
-             "switch", "default", "break", "continue", "goto", "struct", "union", "enum",
-             "typedef", "sizeof", "auto", "register", "extern", "volatile", "min", "max"}
 
 
 def _dim(d) -> Expr:

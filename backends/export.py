@@ -18,12 +18,13 @@ from pathlib import Path
 from ..errors import BuildError
 from ..lang.tensor import PlaceholderOp
 from .c_codegen import translation_unit
-from .opencl_host import host_source, runtime_source
 from .compiler import compiler_version, flags_for
+from .opencl_host import host_source, runtime_source
+from .sanitize import c_comment, c_identifier, check_function_name
 
 
 def _shape_doc(t) -> str:
-    return "[" + ", ".join(str(d) for d in t.shape) + "]"
+    return c_comment("[" + ", ".join(str(d) for d in t.shape) + "]")
 
 
 def _header(mods, codes, guard: str, runtime) -> str:
@@ -34,15 +35,16 @@ def _header(mods, codes, guard: str, runtime) -> str:
         f = m.lowered
         lines.append(f"/* {m.name}: row-major, C-contiguous buffers; returns 0 on success.")
         if m.target.kind == "opencl":
-            lines.append(f" *   runs on an OpenCL device ('{m.target}'); on failure returns an "
-                         "OpenCL error")
+            lines.append(f" *   runs on an OpenCL device ('{c_comment(str(m.target))}'); on "
+                         "failure returns an OpenCL error")
             lines.append(" *   code (-1: no loader or device) and the *_opencl_error() below "
                          "says why.")
         for t in f.args:
             role = "input " if isinstance(t.op, PlaceholderOp) else "output"
-            lines.append(f" *   {role} {t.name:<12} {t.dtype:<8} shape {_shape_doc(t)}")
+            lines.append(f" *   {role} {c_comment(t.name):<12} {t.dtype:<8} shape {_shape_doc(t)}")
         for v in f.size_vars:
-            lines.append(f" *   size   {v.name:<12} int64_t  (must match the shapes above)")
+            lines.append(f" *   size   {c_comment(v.name):<12} int64_t  (must match the shapes "
+                         "above)")
         lines.append(" */")
         lines.append(code.declaration.replace("*restrict ", "*"))
         lines.append("")
@@ -62,6 +64,9 @@ def export_library(modules, path, cc: str | None = None) -> dict[str, Path]:
     list; the OpenCL ones for one target). Returns the paths written. Raises BuildError for
     duplicate names, OpenCL functions of different targets, or a failing compiler.
     """
+    if hasattr(modules, "steps") and hasattr(modules, "plan"):   # a model (lt.graph.compile)
+        from ..graph.export import export_model
+        return export_model(modules, path, cc=cc)
     mods = list(modules) if isinstance(modules, (list, tuple)) else [modules]
     if not mods:
         raise BuildError("export_library: give at least one built function")
@@ -71,11 +76,18 @@ def export_library(modules, path, cc: str | None = None) -> dict[str, Path]:
                 or not hasattr(m, "lowered"):
             raise BuildError(f"export_library: expected functions returned by lt.build; got "
                              f"{type(m).__name__} {getattr(m, 'name', m)!r}")
+        check_function_name(m.name, "export_library", exported=True)
         if m.name in names:
             raise BuildError(f"export_library: two functions are named '{m.name}'; pass "
                              "name=... to lt.build to make them unique")
         names.add(m.name)
     base = Path(path)
+    bad = sorted({ch for ch in base.name if ch in '"\\?' or not ch.isprintable()})
+    if bad or not base.name:
+        raise BuildError(f"export_library({str(path)!r}): the library's file name must not be "
+                         "empty or hold quotes, backslashes, '?' or control characters (the "
+                         f"C file includes the header by that name); got {bad}; pick a plain "
+                         "name such as 'libops'")
     try:
         base.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -91,8 +103,13 @@ def export_library(modules, path, cc: str | None = None) -> dict[str, Path]:
     cc = cc or (c_mods[0].target.options.get("cc", "gcc") if c_mods else "gcc")
     compiler_version(cc)
     out = {ext: base.with_name(base.name + "." + ext) for ext in ("c", "h", "so", "a", "o")}
-    stem = "".join(ch if ch.isalnum() else "_" for ch in base.name)
+    stem = c_identifier(base.name)
     guard = stem.upper() + "_H"
+    if cl_mods and f"{stem.lower()}_opencl_error" in names:
+        raise BuildError(f"export_library: the function '{stem.lower()}_opencl_error' has the "
+                         "name of the library's OpenCL error function; got it among "
+                         f"{sorted(names)}; rename the function (name=... in lt.build) or the "
+                         "library")
     codes = [m.code if m.target.kind == "c" else host_source(m) for m in mods]
     runtime = runtime_source(stem.lower(), cl_mods[0].target) if cl_mods else None
     out["h"].write_text(_header(mods, codes, guard, runtime))

@@ -41,8 +41,9 @@ from ..lang.tensor import PlaceholderOp
 from ..lang.visitor import ExprVisitor, collect_vars
 from ..schedule.lower import LoweredFunc
 from ..schedule.stmt import Allocate, Buffer, For, ForKind, Seq, Stmt, StmtVisitor, Store
-from .c_codegen import FLOOR_HELPERS, CCodegen, _CExpr, _dim, _minmax_helpers, c_name
+from .c_codegen import FLOOR_HELPERS, CCodegen, _CExpr, _dim, _minmax_helpers
 from .opencl_barriers import insert_barriers
+from .sanitize import c_comment, c_identifier
 
 log = logging.getLogger("looptune.backends.opencl")
 
@@ -58,18 +59,6 @@ typedef long int64_t;
 typedef ulong uint64_t;
 
 """ + FLOOR_HELPERS
-
-# OpenCL C keywords, types and the builtins generated code calls: never used as names
-_CL_RESERVED = frozenset({
-    "kernel", "__kernel", "global", "__global", "local", "__local", "private", "__private",
-    "constant", "__constant", "read_only", "write_only", "read_write", "half", "uchar", "ushort",
-    "uint", "ulong", "size_t", "ptrdiff_t", "intptr_t", "uintptr_t", "event_t", "sampler_t",
-    "image1d_t", "image2d_t", "image3d_t", "int8_t", "uint8_t", "int16_t", "uint16_t", "int32_t",
-    "uint32_t", "int64_t", "uint64_t", "barrier", "get_group_id", "get_local_id", "get_global_id",
-    "exp", "log", "log2", "log1p", "sqrt", "rsqrt", "sin", "cos", "tanh", "erf", "floor", "ceil",
-    "rint", "trunc", "fabs", "pow", "lt_floordiv", "lt_floormod", "CLK_LOCAL_MEM_FENCE",
-    "LONG_MIN", "NAN", "INFINITY",
-})
 
 _CL_FN = {"exp": "exp", "log": "log", "log2": "log2", "log1p": "log1p", "sqrt": "sqrt",
           "rsqrt": "rsqrt", "sin": "sin", "cos": "cos", "tanh": "tanh", "erf": "erf",
@@ -358,7 +347,6 @@ class _KernelGen(CCodegen):
 
     def __init__(self, scan: _Scan, spaces: dict[int, str]):
         super().__init__()
-        self.used |= _CL_RESERVED
         self.expr = _CLExpr(self)
         self.scan, self.spaces = scan, spaces
         self.thread_tags = [t for t in sorted(scan.launch) if t.startswith("threadIdx")
@@ -402,8 +390,8 @@ class _KernelGen(CCodegen):
         self.enclosing.append(s.tag)
         if not _same(s.extent, launch) and (over is None or over > 0):
             step = self.expr.visit(launch)
-            self._block(f"/* {s.tag} */ for (int64_t {v} = {first}; {v} < {end}; {v} += {step})",
-                        lambda: self.visit(s.body))
+            self._block(f"/* {c_comment(s.var.name)}: {s.tag} */ for (int64_t {v} = {first}; "
+                        f"{v} < {end}; {v} += {step})", lambda: self.visit(s.body))
         else:
             def body():
                 self.emit(f"const int64_t {v} = {first};")
@@ -411,7 +399,7 @@ class _KernelGen(CCodegen):
                     self.visit(s.body)
                 else:
                     self._block(f"if ({v} < {end})", lambda: self.visit(s.body))
-            self._block(f"/* {s.var.name}: {s.tag} */", body)
+            self._block(f"/* {c_comment(s.var.name)}: {s.tag} */", body)
         self.enclosing.pop()
         self.ranges.pop(s.var, None)
 
@@ -488,7 +476,8 @@ class _FirstStore(StmtVisitor):
 def _kernel_name(fname: str, part: Stmt, global_uids: set[int], taken: set[str]) -> str:
     fs = _FirstStore(global_uids)
     fs.visit(part)
-    base = c_name(f"{fname}_{fs.found.name}" if fs.found is not None else f"{fname}_kernel")
+    base = c_identifier(f"{fname}_{fs.found.name}" if fs.found is not None
+                        else f"{fname}_kernel")
     name, n = base, 1
     while name in taken:
         name, n = f"{base}_{n}", n + 1

@@ -23,6 +23,7 @@ from ..lang.expr import Const, Expr
 from ..lang.simplify import simplify
 from ..lang.tensor import PlaceholderOp
 from .c_codegen import CCodegen, CSource, _dim
+from .sanitize import c_string
 
 _DEVICE_MASKS = {"cpu": "(1u << 1)", "gpu": "(1u << 2)", "accelerator": "(1u << 3)"}
 
@@ -84,6 +85,7 @@ static struct {
 
 static __thread char lt_cl_msg[2048];
 
+__attribute__((format(printf, 2, 3)))
 static int lt_cl_fail(lt_cl_int code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -92,6 +94,7 @@ static int lt_cl_fail(lt_cl_int code, const char *fmt, ...) {
   return code ? code : -1;
 }
 
+__attribute__((format(printf, 1, 2)))
 static void lt_cl_why(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -212,19 +215,15 @@ static lt_cl_h lt_cl_buffer(const void *host, size_t bytes, lt_cl_int *err) {
 """
 
 
-def _c_string(text: str) -> str:
+def _c_lines(text: str) -> str:
     """``text`` as a C string literal, one source line per line."""
-    out = []
-    for line in text.splitlines(keepends=True):
-        esc = line.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") \
-            .replace("\t", "\\t")
-        out.append(f'    "{esc}"')
-    return "\n".join(out) if out else '    ""'
+    lines = text.splitlines(keepends=True)
+    return "\n".join(f"    {c_string(line)}" for line in lines) if lines else '    ""'
 
 
 def runtime_source(prefix: str, target) -> CSource:
     """The shared runtime for the OpenCL functions of one library, with ``<prefix>_opencl_error``
-    (the message of the calling thread's last failure)."""
+    (the message of the calling thread's last failure); ``prefix`` is an identifier."""
     device = target.options.get("device")
     platform = target.options.get("platform")
     mask = _DEVICE_MASKS.get(device, "0xFFFFFFFFu")
@@ -232,13 +231,9 @@ def runtime_source(prefix: str, target) -> CSource:
     plat = "" if platform in (None, True) else str(platform)
     text = (f"#define LT_CL_DEVICE_MASK {first}\n"
             f"#define LT_CL_DEVICE_ANY {1 if device is None else 0}\n"
-            f"#define LT_CL_PLATFORM \"{_c_escape(plat)}\"\n" + _RUNTIME +
+            f"#define LT_CL_PLATFORM {c_string(plat)}\n" + _RUNTIME +
             f"const char *{prefix}_opencl_error(void) {{ return lt_cl_msg; }}\n")
     return CSource(text, f"const char *{prefix}_opencl_error(void);", frozenset(), False)
-
-
-def _c_escape(s: str) -> str:
-    return s.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def _count(gen: CCodegen, shape) -> str:
@@ -248,8 +243,66 @@ def _count(gen: CCodegen, shape) -> str:
     return gen.expr.visit(simplify(n))
 
 
+def _fail(code: str, what: str, *args: str) -> str:
+    """``if (code) {...}``: record ``what`` (a printf format of our own; user text only among
+    ``args``, as ``%s`` arguments) and jump to the cleanup."""
+    extra = "".join(f", {a}" for a in args)
+    return (f"if ({code}) {{ lt_err = lt_cl_fail(lt_err, {c_string(what)}{extra}, lt_err); "
+            "goto lt_done; }")
+
+
+def _launch(gen: CCodegen, fn: str, n: int, info, slot: dict) -> list[str]:
+    """Set the arguments of kernel ``n`` and enqueue it."""
+    dims = len(info.global_size)
+    glob = ", ".join(f"(size_t)({gen.expr.visit(x)})" for x in info.global_size)
+    body = ["  {", f"    size_t lt_global[{dims}] = {{{glob}}};"]
+    if info.local_size is not None:
+        loc = ", ".join(f"(size_t)({gen.expr.visit(x)})" for x in info.local_size)
+        body.append(f"    size_t lt_local[{dims}] = {{{loc}}};")
+    nonzero = " && ".join(f"lt_global[{d}]" for d in range(dims)) or "1"
+    body.append(f"    if ({nonzero}) {{")
+    knl = f"lt_cl_{fn}_kernels[{n}]"
+    arg = 0
+    for b in info.buffers:
+        body.append(f"      if (!lt_err) lt_err = lt_cl.SetKernelArg({knl}, {arg}, "
+                    f"sizeof(lt_cl_h), &lt_mem[{slot[b.uid]}]);")
+        arg += 1
+    for v in info.size_vars:
+        body.append(f"      int64_t lt_arg{arg} = {gen.var_name(v)};")
+        body.append(f"      if (!lt_err) lt_err = lt_cl.SetKernelArg({knl}, {arg}, "
+                    f"sizeof(int64_t), &lt_arg{arg});")
+        arg += 1
+    local = "lt_local" if info.local_size is not None else "NULL"
+    body += [f"      if (!lt_err) lt_err = lt_cl.EnqueueNDRangeKernel(lt_cl.queue, {knl}, "
+             f"{dims}, NULL, lt_global, {local}, 0, NULL, NULL);",
+             "      " + _fail("lt_err", "%s: launching kernel %s failed (%d)", c_string(fn),
+                              c_string(info.name)),
+             "    }", "  }"]
+    return body
+
+
+def _statics(module, fn: str) -> list[str]:
+    """The program text, kernel names and build-once state of function ``fn``."""
+    kernels = module.kernels
+    k = max(1, len(kernels))
+    names = ", ".join(c_string(info.name) for info in kernels)
+    pre = f"lt_cl_{fn}"
+    return [f"static const char {pre}_source[] =", _c_lines(module.source) + ";",
+            f"static const char *const {pre}_names[{k}] = {{{names}}};",
+            f"static lt_cl_h {pre}_kernels[{k}];",
+            f"static int {pre}_err;",
+            f"static char {pre}_why[2048];",
+            f"static void {pre}_build(void) {{",
+            f"  {pre}_err = lt_cl_build({c_string(fn)}, {pre}_source, {len(kernels)}, "
+            f"{pre}_names, {pre}_kernels);",
+            f"  if ({pre}_err) snprintf({pre}_why, sizeof {pre}_why, \"%s\", lt_cl_msg);",
+            "}", ""]
+
+
 def host_source(module) -> CSource:
-    """The C host function of an OpenCL module (see the module docstring)."""
+    """The C host function of an OpenCL module (see the module docstring). User names reach
+    the C text only as sanitized identifiers (parameters) and ``%s`` arguments; the host's own
+    names start with ``lt_``, which no sanitized identifier does."""
     f = module.lowered
     gen = CCodegen()
     inputs = {k for k, t in enumerate(f.args) if isinstance(t.op, PlaceholderOp)}
@@ -259,74 +312,37 @@ def host_source(module) -> CSource:
         params.append(f"{const}{dt.c_type(b.dtype)} *{gen.buf_name(b)}")
     for v in f.size_vars:
         params.append(f"int64_t {gen.var_name(v)}")
-    name = f.name
+    fn, pre = f.name, f"lt_cl_{f.name}"
     bufs = list(f.buffers) + list(module.temporaries)
     slot = {b.uid: k for k, b in enumerate(bufs)}
-    kernels = module.kernels
-    body = [f"int {name}({', '.join(params)}) {{",
-            "  static pthread_once_t once = PTHREAD_ONCE_INIT;",
-            f"  pthread_once(&once, {name}_cl_build);",
-            f"  if ({name}_cl_err) return lt_cl_fail({name}_cl_err, \"%s\", {name}_cl_why);",
-            "  lt_cl_int err = 0;",
-            f"  lt_cl_h mem[{len(bufs)}] = {{0}};",
+    body = [f"int {fn}({', '.join(params)}) {{",
+            "  static pthread_once_t lt_once = PTHREAD_ONCE_INIT;",
+            f"  pthread_once(&lt_once, {pre}_build);",
+            f"  if ({pre}_err) return lt_cl_fail({pre}_err, \"%s\", {pre}_why);",
+            "  lt_cl_int lt_err = 0;",
+            f"  lt_cl_h lt_mem[{len(bufs)}] = {{0}};",
             "  pthread_mutex_lock(&lt_cl.lock);"]
     for k, b in enumerate(bufs):
         size = np.dtype(b.dtype).itemsize
         host = gen.buf_name(b) if k in inputs else "NULL"
-        body += [f"  mem[{k}] = lt_cl_buffer({host}, (size_t)({_count(gen, b.shape)}) * {size}, "
-                 "&err);",
-                 f"  if (err) {{ err = lt_cl_fail(err, \"{name}: clCreateBuffer failed (%d)\", "
-                 "err); goto done; }"]
-    for n, info in enumerate(kernels):
-        dims = len(info.global_size)
-        glob = ", ".join(f"(size_t)({gen.expr.visit(x)})" for x in info.global_size)
-        body += ["  {", f"    size_t global[{dims}] = {{{glob}}};"]
-        if info.local_size is not None:
-            loc = ", ".join(f"(size_t)({gen.expr.visit(x)})" for x in info.local_size)
-            body.append(f"    size_t local[{dims}] = {{{loc}}};")
-        nonzero = " && ".join(f"global[{d}]" for d in range(dims)) or "1"
-        body.append(f"    if ({nonzero}) {{")
-        arg = 0
-        for b in info.buffers:
-            body.append(f"      if (!err) err = lt_cl.SetKernelArg({name}_cl_kernels[{n}], {arg}, "
-                        f"sizeof(lt_cl_h), &mem[{slot[b.uid]}]);")
-            arg += 1
-        for v in info.size_vars:
-            body.append(f"      int64_t arg{arg} = {gen.var_name(v)};")
-            body.append(f"      if (!err) err = lt_cl.SetKernelArg({name}_cl_kernels[{n}], {arg}, "
-                        f"sizeof(int64_t), &arg{arg});")
-            arg += 1
-        local = "local" if info.local_size is not None else "NULL"
-        body += [f"      if (!err) err = lt_cl.EnqueueNDRangeKernel(lt_cl.queue, "
-                 f"{name}_cl_kernels[{n}], {dims}, NULL, global, {local}, 0, NULL, NULL);",
-                 f"      if (err) {{ err = lt_cl_fail(err, \"{name}: launching kernel "
-                 f"{info.name} failed (%d)\", err); goto done; }}",
-                 "    }", "  }"]
+        body += [f"  lt_mem[{k}] = lt_cl_buffer({host}, (size_t)({_count(gen, b.shape)}) * "
+                 f"{size}, &lt_err);",
+                 "  " + _fail("lt_err", "%s: clCreateBuffer failed (%d)", c_string(fn))]
+    for n, info in enumerate(module.kernels):
+        body += _launch(gen, fn, n, info, slot)
     for k, (t, b) in enumerate(zip(f.args, f.buffers)):
         if k in inputs:
             continue
-        size = np.dtype(b.dtype).itemsize
-        bytes_ = f"(size_t)({_count(gen, b.shape)}) * {size}"
-        body += [f"  if ({bytes_}) err = lt_cl.EnqueueReadBuffer(lt_cl.queue, mem[{k}], 1, 0, "
-                 f"{bytes_}, {gen.buf_name(b)}, 0, NULL, NULL);",
-                 f"  if (err) {{ err = lt_cl_fail(err, \"{name}: reading {t.name} back failed "
-                 "(%d)\", err); goto done; }"]
-    body += ["done:",
-             f"  for (int i = 0; i < {len(bufs)}; ++i)",
-             "    if (mem[i]) lt_cl.ReleaseMemObject(mem[i]);",
+        bytes_ = f"(size_t)({_count(gen, b.shape)}) * {np.dtype(b.dtype).itemsize}"
+        body += [f"  if ({bytes_}) lt_err = lt_cl.EnqueueReadBuffer(lt_cl.queue, lt_mem[{k}], "
+                 f"1, 0, {bytes_}, {gen.buf_name(b)}, 0, NULL, NULL);",
+                 "  " + _fail("lt_err", "%s: reading %s back failed (%d)", c_string(fn),
+                              c_string(t.name))]
+    body += ["lt_done:",
+             f"  for (int lt_i = 0; lt_i < {len(bufs)}; ++lt_i)",
+             "    if (lt_mem[lt_i]) lt_cl.ReleaseMemObject(lt_mem[lt_i]);",
              "  pthread_mutex_unlock(&lt_cl.lock);",
-             "  return err;", "}", ""]
-    names = ", ".join(f'"{k.name}"' for k in kernels)
-    pre = [f"static const char {name}_cl_source[] =", _c_string(module.source) + ";",
-           f"static const char *const {name}_cl_names[{max(1, len(kernels))}] = {{{names}}};",
-           f"static lt_cl_h {name}_cl_kernels[{max(1, len(kernels))}];",
-           f"static int {name}_cl_err;",
-           f"static char {name}_cl_why[2048];",
-           f"static void {name}_cl_build(void) {{",
-           f"  {name}_cl_err = lt_cl_build(\"{name}\", {name}_cl_source, {len(kernels)}, "
-           f"{name}_cl_names, {name}_cl_kernels);",
-           f"  if ({name}_cl_err) snprintf({name}_cl_why, sizeof {name}_cl_why, \"%s\", "
-           "lt_cl_msg);",
-           "}", ""]
-    sig = f"int {name}({', '.join(params)})"
-    return CSource("\n".join(pre + body), sig + ";", frozenset(gen.minmax), False)
+             "  return lt_err;", "}", ""]
+    sig = f"int {fn}({', '.join(params)})"
+    return CSource("\n".join(_statics(module, fn) + body), sig + ";", frozenset(gen.minmax),
+                   False)

@@ -106,7 +106,8 @@ def test_vector_lanes_errors_name_what_was_wrong(target, dtype, msg):
 
 def test_bad_function_name(mm):
     f, s, args = mm
-    with pytest.raises(BuildError, match=r"function name '2fast' must be a C identifier"):
+    with pytest.raises(BuildError,
+                       match=r"build\(name='2fast'\): the function name must be a C identifier"):
         lt.build(s, list(args), name="2fast")
 
 
