@@ -1,0 +1,282 @@
+"""Compiling a graph into a callable model: optimize, fuse, one kernel per group, plan memory.
+
+```python
+model = lt.graph.compile(g, target="c", log="tiny.jsonl")
+outs = model(xin)                       # or model(x=xin); a list of numpy arrays
+model.memory_report()["arena_bytes"]
+```
+
+The pipeline (in this order): ``lt.graph.optimize`` (the pass pipeline; skipped with
+``optimize=False``), :func:`~looptune.graph.fusion.fuse`, then for each group its compute DAG
+(:func:`~looptune.graph.fusion.lower_group`) and its task ``lt.search.auto_task(dag.tensors,
+target)``, named by a digest of the DAG: identical groups (same op sequence, attributes,
+shapes, dtypes) share one task and one kernel. A kernel's schedule is, in order of preference:
+
+1. the best correct record of its task in ``log`` (the whole-model tuner writes such logs);
+2. the auto scheduler's fallback, config 0 of the task's space (the first choice of every
+   knob, valid by construction);
+3. when the sketch fails or that schedule does not build: a default schedule (injective
+   intermediates inlined, the innermost loop of every root stage vectorized, the outer loops
+   fused and parallel), and failing that the plain loop nest.
+
+A group whose operator has no tensor-expression compute runs its numpy reference ("host"
+step). With ``target="opencl"`` each group is built for OpenCL where the OpenCL sketch and
+code generator take it; any other group is built for C, with one logged note per group.
+
+The interface the whole-model tuner and the exporter build on (``model`` is a
+:class:`~looptune.graph.model.Model`):
+
+- ``model.kernels``: one :class:`Kernel` per distinct task: ``name`` (a C identifier, unique in
+  the model), ``task`` (the ``lt.search`` Task, None where the sketch failed), ``module`` (the
+  built function: ``module.source`` is its C source, ``module.declaration`` its prototype),
+  ``dag`` (the first group's :class:`~looptune.graph.fusion.GroupDAG`: ``dag.tensors`` are the
+  parameters in order), ``group``/``groups`` (the first / every group it runs), ``schedule``
+  (which rule above chose its schedule: "log", "fallback", "default" or "plain"), ``target``.
+- ``model.steps``: the execution sequence, one :class:`Step` per group: ``kernel`` (an index
+  into ``model.kernels``, None for a host step), ``inputs`` and ``outputs`` (graph value names
+  bound to the kernel's parameters, in order: ``step.args``).
+- ``model.plan``: the :class:`~looptune.graph.memory.MemoryPlan`: ``plan.offsets[value] =
+  (offset, nbytes)`` in the arena for every intermediate, ``plan.arena_bytes``; graph inputs,
+  weights and graph outputs are not in the arena.
+- ``model.weights``: ``{name: numpy array}``, the constants the steps read.
+- ``model.graph``: the graph that was fused (after ``optimize``); ``model.source_graph``: the
+  graph given to ``compile`` (its inputs and outputs are the model's).
+"""
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+
+from ..backends.target import Target
+from ..errors import GraphError, LooptuneError, ScheduleError
+from ..lang.tensor import PlaceholderOp
+from ..schedule.schedule import Schedule, create_schedule
+from .fusion import Group, GroupDAG, fuse, lower_group
+from .ir import Graph
+from .registry import OpPattern, get_op
+
+log = logging.getLogger("looptune.graph.compile")
+
+
+@dataclass
+class Kernel:
+    """One built function, shared by every group of its task (see the module docstring)."""
+
+    name: str
+    task: object | None
+    module: object
+    dag: GroupDAG
+    groups: list[Group] = field(default_factory=list)
+    schedule: str = "fallback"
+    target: str = "c"
+
+    @property
+    def group(self) -> Group:
+        return self.groups[0]
+
+    @property
+    def source(self) -> str:
+        return self.module.source
+
+    def __repr__(self) -> str:
+        task = self.task.name if self.task is not None else "-"
+        return (f"Kernel({self.name}, task={task}, schedule={self.schedule}, "
+                f"target={self.target}, groups={[g.index for g in self.groups]})")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One group's run: kernel ``kernel`` (None: the group's numpy reference) on the values
+    ``inputs`` then ``outputs``."""
+
+    group: Group
+    kernel: int | None
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+    @property
+    def args(self) -> tuple[str, ...]:
+        return self.inputs + self.outputs
+
+
+def compile(graph: Graph, target="c", log=None, optimize: bool = True):  # noqa: A001
+    """Compile ``graph`` into a callable model (see the module docstring for the pipeline and
+    the model's interface). ``log``: a tuning log (path, or a list of paths/Records) whose
+    best record per task schedules that task's kernel. Raises GraphError for a graph it
+    cannot compile, BuildError when a kernel does not compile at all."""
+    from .model import Model
+    if not isinstance(graph, Graph):
+        raise GraphError(f"compile: expected a looptune.graph.Graph; got {type(graph).__name__}")
+    tgt = Target.parse(target)
+    if not graph.outputs:
+        raise GraphError(f"compile: graph '{graph.name}' has no outputs; mark them with "
+                         "g.output(...)")
+    records = _records(log)
+    g = _optimize(graph) if optimize else graph
+    groups = fuse(g)
+    kernels, steps = build_kernels(groups, tgt, records)
+    return Model(g, graph, groups, kernels, steps, str(tgt))
+
+
+def _optimize(graph: Graph) -> Graph:
+    from .. import graph as pkg
+    opt = getattr(pkg, "optimize", None)           # the pass pipeline, where it exists
+    return opt(graph) if opt is not None else graph
+
+
+def _records(log_src):
+    if log_src is None:
+        return None
+    from ..search.log import load_records
+    try:
+        return load_records(log_src)
+    except LooptuneError as e:
+        raise GraphError(f"compile(log={log_src!r}): {e}") from None
+
+
+def build_kernels(groups: list[Group], target: Target, records=None
+                  ) -> tuple[list[Kernel], list[Step]]:
+    """One kernel per distinct group DAG (by its auto_task digest) and one step per group."""
+    from ..search.auto import dag_digest
+    kernels: list[Kernel] = []
+    by_digest: dict[str, int] = {}
+    steps = []
+    names: set[str] = set()
+    for grp in groups:
+        if any(get_op(n.op_type).compute is None for n in grp.nodes):
+            log.info("group %d (%s) runs on numpy: %s has no compute", grp.index, grp.name,
+                     grp.master.label)
+            steps.append(Step(grp, None, grp.inputs, grp.outputs))
+            continue
+        dag = lower_group(grp)
+        key = dag_digest(dag.tensors)
+        if key not in by_digest:
+            by_digest[key] = len(kernels)
+            kernels.append(_build(dag, target, records, _kernel_name(grp, names)))
+        k = by_digest[key]
+        kernels[k].groups.append(grp)
+        steps.append(Step(grp, k, dag.inputs, dag.outputs))
+    return kernels, steps
+
+
+def _kernel_name(grp: Group, taken: set[str]) -> str:
+    base = re.sub(r"[^0-9A-Za-z_]", "_", grp.name)[:56].rstrip("_")
+    name, k = base, 0
+    while name in taken:
+        k += 1
+        name = f"{base}_{k}"
+    taken.add(name)
+    return name
+
+
+def _build(dag: GroupDAG, target: Target, records, name: str) -> Kernel:
+    """The kernel of ``dag`` for ``target``; an OpenCL target falls back to C per group."""
+    if target.kind == "opencl":
+        try:
+            return _build_for(dag, target, records, name, strict=True)
+        except LooptuneError as e:
+            log.warning("group %d (%s): not built for OpenCL (%s); running it in C",
+                        dag.group.index, dag.group.name, str(e).splitlines()[0][:160])
+        target = Target.parse("c")
+    return _build_for(dag, target, records, name, strict=False)
+
+
+def _build_for(dag: GroupDAG, target: Target, records, name: str, strict: bool) -> Kernel:
+    from ..backends.build import build
+    task = _task(dag, target)
+    last: LooptuneError | None = None
+    for how, make in _schedules(dag, task, target, records, strict):
+        try:
+            s = make()
+            if s is None:
+                continue
+            module = build(s, dag.tensors, str(target), name=name)
+            return Kernel(name, task, module, dag, schedule=how, target=str(target))
+        except LooptuneError as e:
+            if strict:
+                raise
+            log.info("group %d (%s): the %s schedule failed (%s); trying the next",
+                     dag.group.index, dag.group.name, how, str(e).splitlines()[0][:160])
+            last = e
+    assert last is not None
+    raise last
+
+
+def _task(dag: GroupDAG, target: Target):
+    from ..search.auto import auto_task
+    try:
+        return auto_task(dag.tensors, str(target))
+    except LooptuneError as e:
+        log.info("group %d (%s): no auto-scheduler task (%s)", dag.group.index,
+                 dag.group.name, str(e).splitlines()[0][:160])
+        return None
+
+
+def _schedules(dag: GroupDAG, task, target: Target, records, strict: bool):
+    """(name, make schedule) in order of preference."""
+    if task is not None and records is not None:
+        yield "log", lambda: _from_log(task, records)
+    if task is not None:
+        yield "fallback", lambda: task.instantiate(0)[0]
+    if strict:
+        return
+    outputs = [t for t in dag.tensors if not isinstance(t.op, PlaceholderOp)]
+    yield "default", lambda: default_schedule(outputs, _lanes(target, outputs))
+    yield "plain", lambda: create_schedule(outputs)
+
+
+def _from_log(task, records) -> Schedule | None:
+    from ..search.log import load_best
+    rec = load_best(records, task)
+    if rec is None:
+        return None
+    try:
+        return task.instantiate(rec.index)[0]
+    except (ScheduleError, IndexError) as e:
+        log.warning("task %s: its best logged config %d no longer gives a schedule (%s); "
+                    "using the fallback", task.name, rec.index, e)
+        return None
+
+
+def _lanes(target: Target, outputs) -> int:
+    try:
+        return target.vector_lanes(outputs[0].dtype)
+    except LooptuneError:
+        return 8
+
+
+def default_schedule(outputs, lanes: int = 8) -> Schedule:
+    """Injective intermediates inlined; each root stage's innermost spatial loop split by
+    ``lanes`` and vectorized (below its reduction loops), its outer loops fused and parallel."""
+    s = create_schedule(outputs)
+    out_ids = {id(t) for t in outputs}
+    for st in s.stages:
+        if not isinstance(st.op, PlaceholderOp) and id(st.tensor) not in out_ids \
+                and not st.op.reduce_axis:
+            st.compute_inline()
+    for st in s.stages:
+        if isinstance(st.op, PlaceholderOp) or st.attach[0] == "inline" or not st.op.axis:
+            continue
+        axes, red = list(st.op.axis), list(st.op.reduce_axis)
+        ext = getattr(axes[-1].extent, "value", axes[-1].extent)
+        if isinstance(ext, int) and ext >= lanes:
+            o, i = st.split(axes[-1], factor=lanes)
+            st.reorder(*axes[:-1], o, *red, i)
+            st.vectorize(i)
+            outer = axes[:-1] + [o]
+        else:
+            outer = axes
+        st.parallel(outer[0] if len(outer) == 1 else st.fuse(*outer))
+    return s
+
+
+def elementwise_inplace(step: Step, types) -> list[tuple[str, str]]:
+    """The (output, input) pairs ``step`` may compute in place: a C kernel of an elementwise
+    or broadcast group with one output, and an input of the output's shape and dtype (every
+    element of it is then read at the index of the element written)."""
+    grp = step.group
+    if step.kernel is None or len(step.outputs) != 1 or grp.pattern > OpPattern.BROADCAST:
+        return []
+    out = step.outputs[0]
+    return [(out, v) for v in step.inputs if types[v] == types[out]]

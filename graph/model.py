@@ -1,0 +1,197 @@
+"""The compiled model: kernels run in order over one planned arena.
+
+```python
+model = lt.graph.compile(g)
+outs = model(xin)                 # positional in the graph's input order, or model(x=xin)
+print(model)                      # the steps: group, kernel, arguments
+model.memory_report()
+```
+
+The arena (every intermediate value, see :mod:`looptune.graph.memory`) is allocated once, when
+the model is built, 64-byte aligned; each intermediate is a fixed view into it, so a call
+allocates only its outputs (fresh arrays the caller keeps). Calls are serialised by a lock:
+the arena is shared, so two threads calling one model take turns (build one model per thread
+to run them at once).
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from ..errors import GraphError
+from .compile import Kernel, Step, elementwise_inplace
+from .ir import Graph
+from .memory import ALIGNMENT, MemoryPlan, plan_memory
+from .reference import bind_inputs
+from .registry import call_of, get_op
+
+
+class Model:
+    """A graph compiled to kernels; call it with numpy arrays, get a list of numpy arrays."""
+
+    def __init__(self, graph: Graph, source_graph: Graph, groups, kernels: list[Kernel],
+                 steps: list[Step], target: str):
+        self.graph = graph
+        self.source_graph = source_graph
+        self.groups = list(groups)
+        self.kernels = kernels
+        self.steps = steps
+        self.target = target
+        self.name = source_graph.name
+        self._check_io()
+        self.plan = self._plan()
+        read = {v for st in steps for v in st.inputs}
+        self.weights = {k: a for k, a in graph.consts.items() if k in read}
+        self._arena = np.empty(self.plan.arena_bytes + ALIGNMENT, np.uint8)
+        base = (-self._arena.ctypes.data) % ALIGNMENT
+        self._views = {v: self._view(base + off, nbytes, graph.types[v])
+                       for v, (off, nbytes) in self.plan.offsets.items()}
+        self._launches = [self._launch(st) for st in steps]
+        self._lock = threading.Lock()
+
+    # ---- building ------------------------------------------------------------------------
+
+    def _check_io(self) -> None:
+        src, g = self.source_graph, self.graph
+        if src is g:
+            return
+        for n in src.inputs:
+            if n in g.types and g.types[n] != src.types[n]:
+                raise GraphError(f"compile: the optimized graph changed the type of input '{n}'")
+        if len(g.outputs) != len(src.outputs):
+            raise GraphError("compile: the optimized graph has a different number of outputs "
+                             f"({len(g.outputs)}) than graph '{src.name}' ({len(src.outputs)})")
+
+    def _plan(self) -> MemoryPlan:
+        g = self.graph
+        outside = set(g.inputs) | set(g.consts) | set(g.outputs)
+        nbytes = {v: g.types[v].nbytes for st in self.steps for v in st.outputs
+                  if v not in outside}
+        c_steps = {k for k, st in enumerate(self.steps)
+                   if st.kernel is not None and self.kernels[st.kernel].target.startswith("c")}
+
+        def inplace(k: int):
+            return elementwise_inplace(self.steps[k], g.types) if k in c_steps else []
+        steps = [(st.inputs, st.outputs) for st in self.steps]
+        return plan_memory(steps, nbytes, inplace)
+
+    @property
+    def arena(self) -> np.ndarray:
+        """The arena's bytes (read-only view), from its aligned start."""
+        base = (-self._arena.ctypes.data) % ALIGNMENT
+        v = self._arena[base:base + self.plan.arena_bytes]
+        v.flags.writeable = False
+        return v
+
+    def _view(self, off: int, nbytes: int, t) -> np.ndarray:
+        return self._arena[off:off + nbytes].view(np.dtype(t.dtype)).reshape(t.shape)
+
+    def _launch(self, st: Step):
+        """How to run one step: a function of the call's value environment."""
+        if st.kernel is None:
+            return _host_launch(self.graph, st)
+        mod = self.kernels[st.kernel].module
+        if not hasattr(mod, "_ffi"):                 # an OpenCL module: its own checked call
+            return lambda env: mod(*[env[v] for v in st.args])
+        return _c_launch(mod, st, self._views)
+
+    # ---- running -------------------------------------------------------------------------
+
+    def __call__(self, *inputs, **named) -> list[np.ndarray]:
+        """Run the model: inputs positional (the graph's order) or by name; returns the
+        outputs as a list of new arrays. Inputs are checked (names, shapes, dtypes)."""
+        given = inputs[0] if len(inputs) == 1 and isinstance(inputs[0], dict) else list(inputs)
+        env = bind_inputs(self.source_graph, given, named, f"model '{self.name}'")
+        env = {k: a if a.flags.c_contiguous else np.array(a, order="C")     # 0-d stays 0-d
+               for k, a in env.items()}
+        g = self.graph
+        outs = {}
+        for v in g.outputs:
+            if v not in outs and v not in env and v not in g.consts:
+                outs[v] = np.empty(g.types[v].shape, g.types[v].dtype)
+        env.update(g.consts)
+        env.update(self._views)
+        env.update(outs)
+        with self._lock:
+            for launch in self._launches:
+                launch(env)
+            result = []
+            for v in g.outputs:
+                a = env[v]
+                result.append(a if outs.get(v) is a and not any(a is r for r in result)
+                              else np.array(a))
+        return result
+
+    def memory_report(self) -> dict:
+        """The memory plan as data: ``arena_bytes`` (planned), ``naive_bytes`` (the sum of
+        all intermediates), per buffer and per value offsets, sizes and lifetimes (in steps),
+        the in-place pairs; plus the bytes of inputs, outputs and weights (outside the
+        arena)."""
+        rep = self.plan.report()
+        g = self.graph
+        rep["input_bytes"] = sum(g.types[v].nbytes for v in g.inputs)
+        rep["output_bytes"] = sum(g.types[v].nbytes for v in dict.fromkeys(g.outputs))
+        rep["weight_bytes"] = sum(a.nbytes for a in self.weights.values())
+        rep["steps"] = [{"group": st.group.name, "kernel": None if st.kernel is None else
+                         self.kernels[st.kernel].name, "args": list(st.args)}
+                        for st in self.steps]
+        return rep
+
+    def __str__(self) -> str:
+        lines = [f"model {self.name}: {len(self.steps)} steps, {len(self.kernels)} kernels, "
+                 f"target {self.target}, arena {self.plan.arena_bytes} B (naive "
+                 f"{self.plan.naive_bytes} B)"]
+        for k, st in enumerate(self.steps):
+            kern = self.kernels[st.kernel] if st.kernel is not None else None
+            how = f"{kern.name} [{kern.schedule}, {kern.target}]" if kern else "numpy reference"
+            lines.append(f"  {k}: {how}({', '.join(st.inputs)}) -> {', '.join(st.outputs)}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return (f"Model({self.name!r}, {len(self.steps)} steps, {len(self.kernels)} kernels, "
+                f"target={self.target!r})")
+
+
+def _c_launch(mod, st: Step, views: dict):
+    """A C kernel's call with the arena views' pointers cast once; the per-call ones (inputs,
+    weights, outputs) cast at each call. The arguments were checked when the plan was made
+    (shapes and dtypes are static), so the call goes to the function directly, which also
+    lets an elementwise kernel write in place over an input that dies there."""
+    cast, fn, types = mod._ffi.cast, mod._fn, mod._ptr_types
+    fixed = {j: cast(types[j], views[v].ctypes.data) for j, v in enumerate(st.args)
+             if v in views}
+    for j, v in enumerate(st.args):
+        want = mod.args[j]
+        assert v not in views or (views[v].shape == tuple(want.shape) and
+                                  views[v].dtype == np.dtype(want.dtype)), (v, want)
+    args = st.args
+    name = mod.name
+
+    def launch(env):
+        ptrs = [fixed[j] if j in fixed else cast(types[j], env[v].ctypes.data)
+                for j, v in enumerate(args)]
+        rc = fn(*ptrs)
+        if rc != 0:
+            raise RuntimeError(f"kernel {name}() returned error code {rc}")
+    return launch
+
+
+def _host_launch(graph: Graph, st: Step):
+    """A group without a compute: its nodes' numpy references, results copied into place."""
+    calls = [(call_of(graph, n), get_op(n.op_type).reference, n) for n in st.group.nodes]
+    outs = set(st.outputs)
+
+    def launch(env):
+        local = dict(env)
+        for ctx, ref, node in calls:
+            vals = ref(ctx, [local[i] if i else None for i in node.inputs])
+            for v, a in zip(node.outputs, vals):
+                if not v:
+                    continue
+                if v in outs:
+                    np.copyto(env[v], np.asarray(a, dtype=env[v].dtype))
+                    local[v] = env[v]
+                else:
+                    local[v] = np.asarray(a)
+    return launch
