@@ -14,6 +14,8 @@ from ..errors import GraphError
 from .ir import Graph, Node, TensorType, Value
 from .registry import OpDef, OpPattern, get_op, register, supported_ops
 from .onnx_import import from_onnx
+from .fusion import fuse
+from .compile import compile  # noqa: A004
 
 __all__ = ["Graph", "GraphError", "Node", "OpDef", "OpPattern", "TensorType", "Value",
-           "get_op", "register", "supported_ops", "from_onnx"]
+           "get_op", "register", "supported_ops", "from_onnx", "fuse", "compile"]
