@@ -188,7 +188,10 @@ def _static_shape(vi, what: str, fixed) -> tuple[int, ...]:
                          "(...)}} (looptune compiles static shapes)")
     out = []
     for k, d in enumerate(tt.shape.dim):
-        if not d.HasField("dim_value") or d.dim_value <= 0:
+        if d.HasField("dim_value") and d.dim_value <= 0:
+            raise GraphError(f"{what}: dimension {k} has size {d.dim_value}; looptune graphs "
+                             "take non-empty tensors")
+        if not d.HasField("dim_value"):
             sym = d.dim_param or "?"
             dims = [x.dim_value if x.HasField("dim_value") else (x.dim_param or "?")
                     for x in tt.shape.dim]
@@ -340,6 +343,8 @@ def _toposort(nodes: list[Node], inputs, consts) -> list[Node]:
 def _check_outputs(gp, g: Graph) -> None:
     """The model's declared output types against what looptune infers (static dims only)."""
     for vi in gp.output:
+        if vi.type.WhichOneof("value") is None:
+            continue                      # an untyped output (run_node makes those)
         tt = _tensor_type(vi, f"output '{vi.name}'")
         got = g.types[vi.name]
         if tt.elem_type and dtype_of(tt.elem_type, f"output '{vi.name}'") != got.dtype:
