@@ -46,14 +46,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(ns: argparse.Namespace) -> int:
     """Run ``looptune graph`` for parsed arguments ``ns``."""
-    from . import fuse, optimize
-    from .passes.base import PassStats
     from .printer import graph_dot
     shapes = parse_shapes(ns.shape)
     for opt_name in ("dot", "png"):
         if getattr(ns, opt_name):
             check_writable(Path(getattr(ns, opt_name)), f"--{opt_name}")
     g = load(ns.model, shapes)
+    from . import fuse, optimize
+    from .passes import PassStats
     print(f"== {ns.model}: graph '{g.name}', {len(g.nodes)} nodes, {len(g.inputs)} input(s), "
           f"{len(g.consts)} constant(s)")
     print(g)
