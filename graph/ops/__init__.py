@@ -2,4 +2,5 @@
 family)."""
 from __future__ import annotations
 
-from . import elementwise, nn, pool  # noqa: F401
+from . import elementwise, index, misc, nn, pool, reduce, shape  # noqa: F401
+from . import layout  # noqa: F401,E402 - blocked-layout ops of the layout pass

@@ -86,7 +86,7 @@ def run_node(g: Graph, feed: dict, node=None) -> list[np.ndarray | None]:
     the graph); None for outputs the compute leaves out."""
     env = {**g.consts, **feed}
     f, names, outs = build_node(g, node)
-    arrays = [np.ascontiguousarray(env[n]) for n in names]
+    arrays = [np.array(env[n], order="C") for n in names]     # 0-d stays 0-d
     results = [np.zeros(tuple(o.shape), o.dtype) if o is not None else None for o in outs]
     for r in results:
         if r is not None:
