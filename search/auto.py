@@ -16,7 +16,9 @@ rules, simplified:
   split in two, the inner loops forming a register tile accumulated in a ``local``
   cache_write buffer computed inside the fused, parallel outer loops (knob ``cache``); an
   elementwise output reading it alone (bias, activation: an epilogue) takes the tiled loops
-  instead, and the contraction is computed per tile into it (fused, no extra pass); every
+  instead, and the contraction is computed per tile into it (fused, no extra pass; a chain of
+  elementwise intermediates between them, each read by the next alone, as a fused group's
+  bias then activation, is inlined into that output); every
   reduction loop split in two; the order of the reduction loops around the tile, unrolling
   (the tile rows or the inner reduction) and the vector width of the innermost spatial loop
   are knobs;
@@ -58,7 +60,8 @@ from .task import Task
 from .template import _REGISTRY, Template
 from .tuners import TUNERS, make_tuner
 
-SKETCH_VERSION = 2     # 2: row statistics computed per row of their output
+SKETCH_VERSION = 3     # 2: row statistics computed per row of their output
+                      # 3: epilogue chains (contraction -> bias -> activation)
 
 # ---- the DAG ---------------------------------------------------------------------------------
 
@@ -157,14 +160,17 @@ def sketch(cfg, tensors: list[Tensor], gpu: bool = False) -> tuple[Schedule, lis
     stages = [st for st in s.stages if isinstance(st.op, ComputeOp)]
     used: set[str] = set()
     names = {id(st): _knob_prefix(st.name, used) for st in stages}
-    inlinable = [st for st in stages if id(st.tensor) not in out_ids and not st.op.reduce_axis]
     epilogue = {}                  # contraction stage -> the elementwise output it feeds
+    chained: list = []             # elementwise stages between them: always inlined
     for st in stages:
         if is_contraction(st.op):
-            readers = s.readers(st)
-            if len(readers) == 1 and _is_epilogue(readers[0], st, out_ids):
-                epilogue[id(st)] = readers[0]
-    fused = {id(r) for r in epilogue.values()}
+            end, chain = _epilogue_chain(s, st, out_ids)
+            if end is not None:
+                epilogue[id(st)] = end
+                chained += chain
+    fused = {id(r) for r in epilogue.values()} | {id(c) for c in chained}
+    inlinable = [st for st in stages if id(st.tensor) not in out_ids and not st.op.reduce_axis
+                 and id(st) not in fused]
     rooted = [st for st in reversed(stages) if id(st) not in fused]
     per_row = _row_consumers(s, stages, outputs, fused)
     # 1. the knobs
@@ -182,6 +188,8 @@ def sketch(cfg, tensors: list[Tensor], gpu: bool = False) -> tuple[Schedule, lis
         else:
             _simple_knobs(cfg, st.op, names[id(st)])
     # 2. the choices
+    for st in chained:
+        st.compute_inline()
     for st in inlinable:
         if cfg[f"{names[id(st)]}.inline"].val:
             st.compute_inline()
@@ -283,10 +291,24 @@ def _per_row(cfg, s: Schedule, T: Tensor, names: dict, producers: list) -> None:
             p.vectorize(p.op.axis[-1])
 
 
-def _is_epilogue(reader, st, out_ids) -> bool:
-    """``reader`` is an elementwise output of ``st``'s shape (bias, activation, scaling)."""
-    return (id(reader.tensor) in out_ids and not reader.op.reduce_axis
-            and len(reader.op.axis) == len(st.op.axis)
+def _epilogue_chain(s: Schedule, st, out_ids) -> tuple:
+    """The elementwise output that contraction ``st`` feeds (its epilogue) and the
+    elementwise intermediates on the way, each read by the next alone (a fused group's bias
+    then activation); (None, []) when there is no such output."""
+    chain, cur = [], st
+    while True:
+        readers = s.readers(cur)
+        if len(readers) != 1 or not _same_loops(readers[0], st):
+            return None, []
+        if id(readers[0].tensor) in out_ids:
+            return readers[0], chain
+        chain.append(readers[0])
+        cur = readers[0]
+
+
+def _same_loops(reader, st) -> bool:
+    """``reader`` is elementwise over ``st``'s loops (bias, activation, scaling)."""
+    return (not reader.op.reduce_axis and len(reader.op.axis) == len(st.op.axis)
             and all(_extent(a) == _extent(b) for a, b in zip(reader.op.axis, st.op.axis)))
 
 
