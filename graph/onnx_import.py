@@ -35,7 +35,7 @@ import numpy as np
 from ..errors import GraphError
 from ..lang import dtype as dt
 from .ir import Graph, Node, TensorType
-from .registry import supported_ops
+from .registry import get_op, supported_ops
 
 MIN_OPSET = 13
 _DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -113,10 +113,76 @@ def from_onnx(model: Any, shapes: dict[str, Any] | None = None, *,
     used = {i for n in nodes for i in n.inputs} | {o.name for o in gp.output}
     consts = {k: v for k, v in consts.items() if k in used}
     gname = name or _graph_name(gp.name)
-    g = Graph.from_parts(gname, inputs, consts, _toposort(nodes, inputs, consts),
-                         [o.name for o in gp.output])
+    g = _build(gname, inputs, consts, _toposort(nodes, inputs, consts),
+               [o.name for o in gp.output])
     _check_outputs(gp, g)
     return g
+
+
+# ---- building, with the values operators need at compile time computed at import ----------
+
+
+def _build(name: str, inputs, consts, nodes: list[Node], outputs: list[str]) -> Graph:
+    """The graph of ``nodes``. A node computing a value that some operator needs at compile
+    time (a Reshape's shape as exporters write it: Shape -> Gather -> Concat) is evaluated
+    here, once its inputs are constants (Shape and Size: once its input's type is known), and
+    its outputs become constants; every other node stays a node (the passes fold the rest)."""
+    g = Graph.from_parts(name, inputs, consts, [], [])
+    needed = _compile_time_values(nodes)
+    for node in nodes:
+        for i in node.inputs:
+            if i and i not in g.types:
+                raise GraphError(f"{node.label}: input '{i}' is not produced by any node, "
+                                 "initializer or graph input of the model")
+        if all(o in needed for o in node.outputs if o) and _evaluable(g, node):
+            for o, v in zip(node.outputs, _evaluate(g, node)):
+                if o:
+                    g.const(v, name=o)
+        else:
+            g._add_node(node)        # from_parts' step: infer, check, record
+    g.output(*outputs)
+    return g
+
+
+def _compile_time_values(nodes: list[Node]) -> set[str]:
+    """Values that flow into an operand an operator needs at compile time (``const_inputs``),
+    up through the nodes computing them (stopping at Shape/Size, which read types only)."""
+    producer = {o: n for n in nodes for o in n.outputs if o}
+    stack = [n.inputs[k] for n in nodes for k in get_op(n.op_type).const_inputs
+             if k < len(n.inputs) and n.inputs[k]]
+    needed: set[str] = set()
+    while stack:
+        v = stack.pop()
+        if v in needed:
+            continue
+        needed.add(v)
+        p = producer.get(v)
+        if p is not None and p.op_type not in _TYPE_ONLY:
+            stack.extend(i for i in p.inputs if i)
+    return needed
+
+
+_TYPE_ONLY = ("Shape", "Size")
+
+
+def _evaluable(g: Graph, node: Node) -> bool:
+    if node.op_type in _TYPE_ONLY:
+        return True
+    return all(not i or g.is_const(i) for i in node.inputs)
+
+
+def _evaluate(g: Graph, node: Node) -> list[np.ndarray]:
+    """``node``'s outputs by its numpy reference, on a graph of just that node."""
+    ins = [(i, g.types[i]) for i in dict.fromkeys(node.inputs) if i and not g.is_const(i)]
+    consts = {i: g.consts[i] for i in node.inputs if i and g.is_const(i)}
+    one = Graph.from_parts("fold", ins, consts, [node], [o for o in node.outputs if o])
+    zeros = [np.zeros(t.shape, t.dtype) for _, t in ins]      # Shape/Size read no data
+    return _by_slot(node, one.run_reference(zeros))
+
+
+def _by_slot(node: Node, values: list[np.ndarray]) -> list[np.ndarray | None]:
+    it = iter(values)
+    return [next(it) if o else None for o in node.outputs]
 
 
 # ---- model-level checks ------------------------------------------------------------------------
@@ -216,8 +282,8 @@ def _user_shape(shape, what: str) -> tuple[int, ...]:
 def _tensor_type(vi, what: str):
     if vi.type.WhichOneof("value") != "tensor_type":
         kind = vi.type.WhichOneof("value") or "no type"
-        raise GraphError(f"{what} is a {kind.replace('_type', '')}, not a tensor; looptune "
-                         "graphs take tensors only")
+        raise GraphError(f"{what} is of type {kind.replace('_type', '')}, not a tensor; "
+                         "looptune graphs take tensors only")
     return vi.type.tensor_type
 
 
@@ -331,7 +397,7 @@ def _toposort(nodes: list[Node], inputs, consts) -> list[Node]:
     while pending:
         ready = [n for n in pending if all(i in known for i in n.inputs)]
         if not ready:
-            return out + pending          # from_parts names the first undefined input
+            return out + pending          # _build names the first undefined input
         for n in ready:
             out.append(n)
             known.update(n.outputs)

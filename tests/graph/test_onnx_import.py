@@ -254,3 +254,46 @@ def test_onnx_stays_optional():
     assert out.returncode == 0, out.stderr
     assert "the onnx package is not installed; install it with `pip install looptune[onnx]`" \
         in out.stdout
+
+
+def test_shape_chains_feeding_a_reshape_are_computed_at_import(rng):
+    """torch.onnx writes x.view(x.size(0), -1) as Shape -> Gather -> Unsqueeze -> Concat ->
+    Reshape; the importer computes that shape (the operand Reshape needs at compile time) and
+    keeps every other node."""
+    i64 = lambda v: numpy_helper.from_array(np.array(v, dtype="int64"))  # noqa: E731
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Shape", ["r"], ["s"]),
+             helper.make_node("Constant", [], ["zero"], value=i64(0)),
+             helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+             helper.make_node("Constant", [], ["ax"], value=i64([0])),
+             helper.make_node("Unsqueeze", ["n", "ax"], ["n1"]),
+             helper.make_node("Constant", [], ["minus1"], value=i64([-1])),
+             helper.make_node("Concat", ["n1", "minus1"], ["shape"], axis=0),
+             helper.make_node("Reshape", ["r", "shape"], ["y"], name="flat")]
+    g = lt.graph.from_onnx(_model(nodes, [_vi("x", [2, 3, 4])], [_vi("y", None)]))
+    assert [n.op_type for n in g.nodes] == ["Relu", "Reshape"]
+    np.testing.assert_array_equal(g.consts["shape"], [2, -1])
+    x = rng.standard_normal((2, 3, 4)).astype("float32")
+    np.testing.assert_array_equal(g.run_reference([x])[0], np.maximum(x, 0).reshape(2, -1))
+
+
+def test_an_undefined_input_is_named():
+    m = _model([helper.make_node("Relu", ["nowhere"], ["y"], name="r")], [_vi("x", [2])],
+               [_vi("y", None)])
+    with pytest.raises(GraphError, match=r"node 'r' \(Relu\): input 'nowhere' is not produced "
+                       "by any node, initializer or graph input"):
+        lt.graph.from_onnx(m)
+
+
+def test_zero_size_input_is_refused():
+    m = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", [0, 3])], [_vi("y", None)])
+    with pytest.raises(GraphError, match=r"input 'x': dimension 0 has size 0; looptune graphs "
+                       "take non-empty tensors"):
+        lt.graph.from_onnx(m)
+
+
+def test_sequence_input_is_refused():
+    seq = helper.make_tensor_sequence_value_info("s", T.FLOAT, [2])
+    m = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", [2]), seq], [_vi("y", None)])
+    with pytest.raises(GraphError, match=r"input 's' is of type sequence, not a tensor"):
+        lt.graph.from_onnx(m)
