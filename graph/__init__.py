@@ -16,7 +16,8 @@ from .registry import OpDef, OpPattern, get_op, register, supported_ops
 from .onnx_import import from_onnx
 from .fusion import fuse
 from .compile import compile  # noqa: A004
+from .tune import tune
 from .passes import PassStats, default_pipeline, optimize  # noqa: F401 - the pass pipeline
 
 __all__ = ["Graph", "GraphError", "Node", "OpDef", "OpPattern", "TensorType", "Value",
-           "get_op", "register", "supported_ops", "from_onnx", "fuse", "compile"]
+           "get_op", "register", "supported_ops", "from_onnx", "fuse", "compile", "tune"]
