@@ -25,6 +25,7 @@ when a model is imported.
 """
 from __future__ import annotations
 
+import heapq
 import os
 import re
 from collections import Counter
@@ -113,7 +114,7 @@ def from_onnx(model: Any, shapes: dict[str, Any] | None = None, *,
     used = {i for n in nodes for i in n.inputs} | {o.name for o in gp.output}
     consts = {k: v for k, v in consts.items() if k in used}
     gname = name or _graph_name(gp.name)
-    g = _build(gname, inputs, consts, _toposort(nodes, inputs, consts),
+    g = _build(gname, inputs, consts, _toposort(nodes),
                [o.name for o in gp.output])
     _check_outputs(gp, g)
     return g
@@ -389,21 +390,29 @@ def _nodes(onnx, gp) -> tuple[list[Node], dict[str, np.ndarray]]:
     return nodes, folded
 
 
-def _toposort(nodes: list[Node], inputs, consts) -> list[Node]:
-    """Nodes in an order where each value is defined before use (ONNX asks producers to
-    write them so; this keeps the order they have and only moves nodes that come early)."""
-    known = {n for n, _ in inputs} | set(consts) | {""}
-    out, pending = [], list(nodes)
-    while pending:
-        ready = [n for n in pending if all(i in known for i in n.inputs)]
-        if not ready:
-            return out + pending          # _build names the first undefined input
-        for n in ready:
-            out.append(n)
-            known.update(n.outputs)
-        done = {id(n) for n in ready}
-        pending = [n for n in pending if id(n) not in done]
-    return out
+def _toposort(nodes: list[Node]) -> list[Node]:
+    """Nodes in an order where each value is defined before use: the model's own order when
+    it is one (ONNX asks producers to write them so), else the nearest such order (Kahn's
+    algorithm taking the earliest ready node first)."""
+    producer = {o: k for k, n in enumerate(nodes) for o in n.outputs if o}
+    deps = [{producer[i] for i in n.inputs if i in producer} for n in nodes]
+    users: list[list[int]] = [[] for _ in nodes]
+    for k, ds in enumerate(deps):
+        for d in ds:
+            users[d].append(k)
+    waiting = [len(ds) for ds in deps]
+    ready = [k for k, w in enumerate(waiting) if w == 0]
+    heapq.heapify(ready)
+    out = []
+    while ready:
+        k = heapq.heappop(ready)
+        out.append(k)
+        for u in users[k]:
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                heapq.heappush(ready, u)
+    rest = [k for k in range(len(nodes)) if k not in set(out)]     # a cycle: _build names it
+    return [nodes[k] for k in out + rest]
 
 
 def _check_outputs(gp, g: Graph) -> None:

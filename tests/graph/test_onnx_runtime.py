@@ -62,7 +62,8 @@ def test_reference_agrees_without_passes(case):
 def test_reference_agrees_after_the_pipeline(case):
     name, _, inputs, expected, g = case
     opt = lt.graph.optimize(g)
-    assert len(opt.nodes) < len(g.nodes), f"{name}: the pipeline removed no node"
+    assert [n.op_type for n in opt.nodes] != [n.op_type for n in g.nodes], \
+        f"{name}: the pipeline changed nothing"
     assert_agrees(opt.run_reference(inputs), expected, f"{name}, optimized")
 
 
