@@ -77,15 +77,35 @@ def _binary(name: str, np_fn, te_fn, kinds=_NUM) -> OpDef:
     return register(OpDef(name, broadcast_pattern, infer, reference, compute, inputs=(2, 2)))
 
 
-def _int_div(a, b):
-    return np.trunc(a / b) if np.issubdtype(a.dtype, np.floating) else np.fix(a / b)
+def _div_np(a, b):
+    """ONNX Div: true division for floats; for integers C's, truncating toward zero (and 0
+    where the divisor is 0, as numpy, instead of a trap)."""
+    if a.dtype.kind == "f":
+        return a / b
+    a, b = np.broadcast_arrays(a, b)
+    safe = np.where(b == 0, 1, b)
+    q = np.abs(a) // np.abs(safe)
+    q = np.where((a < 0) != (safe < 0), -q, q) if a.dtype.kind == "i" else q
+    return np.where(b == 0, 0, q)
 
 
-_binary("Add", np.add, lambda a, b: a + b)
-_binary("Sub", np.subtract, lambda a, b: a - b)
-_binary("Mul", np.multiply, lambda a, b: a * b)
-_binary("Div", lambda a, b: a / b if np.issubdtype(a.dtype, np.floating) else _int_div(a, b),
-        lambda a, b: a / b, FLOATS)
+def _div_te(a, b):
+    if a.dtype.startswith("float"):
+        return a / b
+    zero = lt.const(0, a.dtype)
+    q = a // b                                   # floor; truncation differs when signs do
+    if not a.dtype.startswith("u"):
+        inexact = lt.not_equal(a - q * b, zero) & lt.not_equal(a < zero, b < zero)
+        q = lt.if_then_else(inexact, q + 1, q)
+    return lt.if_then_else(lt.equal(b, zero), zero, q)
+
+
+_UINTS = ("uint8", "uint16", "uint32", "uint64")
+_NUMU = _NUM + _UINTS
+_binary("Add", np.add, lambda a, b: a + b, _NUMU)
+_binary("Sub", np.subtract, lambda a, b: a - b, _NUMU)
+_binary("Mul", np.multiply, lambda a, b: a * b, _NUMU)
+_binary("Div", _div_np, _div_te, _NUMU)
 
 
 # ---- unary with attributes -------------------------------------------------------------------
@@ -259,12 +279,12 @@ def _bool_out(kinds):
     return f
 
 
-_ALL = _NUM + ("uint8", "uint16", "uint32", "uint64", "bool")
+_ALL = _NUM + _UINTS + ("bool",)
 _broadcast_op("Equal", (2, 2), _bool_out(_ALL), np.equal, lt.equal)
-_broadcast_op("Less", (2, 2), _bool_out(_NUM), np.less, lambda a, b: a < b)
-_broadcast_op("Greater", (2, 2), _bool_out(_NUM), np.greater, lambda a, b: a > b)
-_broadcast_op("LessOrEqual", (2, 2), _bool_out(_NUM), np.less_equal, lambda a, b: a <= b)
-_broadcast_op("GreaterOrEqual", (2, 2), _bool_out(_NUM), np.greater_equal, lambda a, b: a >= b)
+_broadcast_op("Less", (2, 2), _bool_out(_NUMU), np.less, lambda a, b: a < b)
+_broadcast_op("Greater", (2, 2), _bool_out(_NUMU), np.greater, lambda a, b: a > b)
+_broadcast_op("LessOrEqual", (2, 2), _bool_out(_NUMU), np.less_equal, lambda a, b: a <= b)
+_broadcast_op("GreaterOrEqual", (2, 2), _bool_out(_NUMU), np.greater_equal, lambda a, b: a >= b)
 _broadcast_op("And", (2, 2), _bool_out(("bool",)), np.logical_and, lambda a, b: a & b)
 _broadcast_op("Or", (2, 2), _bool_out(("bool",)), np.logical_or, lambda a, b: a | b)
 _broadcast_op("Xor", (2, 2), _bool_out(("bool",)), np.logical_xor, lt.not_equal)
@@ -309,11 +329,11 @@ def _fold(fn):
 
 
 _VAR = (1, 1 << 30)
-_broadcast_op("Max", _VAR, lambda ctx: same_dtype(ctx, _NUM), _fold(np.maximum), _fold(lt.max),
+_broadcast_op("Max", _VAR, lambda ctx: same_dtype(ctx, _NUMU), _fold(np.maximum), _fold(lt.max),
               doc="Elementwise maximum of any number of broadcast inputs.")
-_broadcast_op("Min", _VAR, lambda ctx: same_dtype(ctx, _NUM), _fold(np.minimum), _fold(lt.min),
+_broadcast_op("Min", _VAR, lambda ctx: same_dtype(ctx, _NUMU), _fold(np.minimum), _fold(lt.min),
               doc="Elementwise minimum of any number of broadcast inputs.")
-_broadcast_op("Sum", _VAR, lambda ctx: same_dtype(ctx, _NUM), _fold(np.add),
+_broadcast_op("Sum", _VAR, lambda ctx: same_dtype(ctx, _NUMU), _fold(np.add),
               _fold(lambda a, b: a + b), doc="Elementwise sum of broadcast inputs.")
 _broadcast_op("Mean", _VAR, lambda ctx: same_dtype(ctx, FLOATS),
               lambda *xs: _fold(np.add)(*xs) / len(xs),
