@@ -1,7 +1,7 @@
 """looptune: a Halide/TVM-style scheduling language with search."""
 from __future__ import annotations
 
-from .errors import BuildError, GraphError, LangError, LooptuneError, ScheduleError
+from .errors import BuildError, GraphError, LangError, LooptuneError, RunError, ScheduleError
 from .lang import Tensor, compute, const, placeholder, reduce_axis, var
 from .lang.ops import (all, any, cast, ceil, cos, equal, erf, exp, fabs, floor, if_then_else,
                        log, log1p, log2, max, min, not_equal, pow, prod, round, rsqrt, sigmoid,

@@ -26,3 +26,13 @@ class BuildError(LooptuneError):
 class GraphError(LooptuneError):
     """An operator graph is malformed or unsupported; the message names the node, its op type
     and what is wrong."""
+
+
+class RunError(LooptuneError, RuntimeError):
+    """A compiled function reported a failure when called (an intermediate buffer that cannot
+    be allocated, an index out of bounds under ``-bounds-check``); the message names the
+    function, what failed and its error code."""
+
+    def __init__(self, message: str, code: int = 0):
+        super().__init__(message)
+        self.code = code

@@ -6,12 +6,12 @@ from pathlib import Path
 import cffi
 import numpy as np
 
-from ..errors import BuildError
+from ..errors import BuildError, RunError
 from ..lang import dtype as dt
 from ..schedule.lower import LoweredFunc, lower
 from ..schedule.schedule import Schedule
 from .c_codegen import CSource, generate_c
-from .compiler import compile_shared, flags_for
+from .compiler import check_sanitizer_runtime, compile_shared, flags_for
 from .module import ArgChecker, TimeResult, time_callable
 from .sanitize import check_function_name
 from .target import Target
@@ -45,7 +45,7 @@ class CModule:
         sizes = self._checker.check(arrays)
         rc = self._fn(*self._pointers(arrays), *sizes)
         if rc != 0:
-            raise RuntimeError(f"{self.name}() returned error code {rc}")
+            raise run_error(self.name, rc, self.code.checks)
 
     def time(self, *arrays: np.ndarray, number: int = 10, repeat: int = 5,
              min_repeat_ms: float = 0, warmup: int = 1) -> TimeResult:
@@ -53,7 +53,12 @@ class CModule:
         sizes = self._checker.check(arrays)
         ptrs = self._pointers(arrays)
         fn = self._fn
-        return time_callable(lambda: fn(*ptrs, *sizes), number, repeat, min_repeat_ms, warmup)
+
+        def run():
+            rc = fn(*ptrs, *sizes)
+            if rc != 0:
+                raise run_error(self.name, rc, self.code.checks)
+        return time_callable(run, number, repeat, min_repeat_ms, warmup)
 
     def __repr__(self):
         return f"Module({self.name}, target='{self.target}')"
@@ -70,8 +75,28 @@ def _load(path: str, decl: str) -> tuple:
     if key not in _LOADED:
         ffi = cffi.FFI()
         ffi.cdef(decl)
-        _LOADED[key] = (ffi, ffi.dlopen(path))
+        try:
+            _LOADED[key] = (ffi, ffi.dlopen(path))
+        except OSError as e:
+            raise BuildError(f"build: cannot load the compiled library {path}: {e}; rebuild "
+                             "without the target options that need a runtime this process "
+                             "lacks (such as -sanitize)", path) from None
     return _LOADED[key]
+
+
+ERR_ALLOC, ERR_BOUNDS = 1, 256      # LT_ERR_ALLOC, LT_ERR_BOUNDS of the generated C
+
+
+def run_error(fname: str, code: int, checks=()) -> RunError:
+    """The exception for error code ``code`` returned by generated function ``fname``."""
+    if code == ERR_ALLOC:
+        return RunError(f"{fname}(): an intermediate buffer could not be allocated (its size "
+                        "overflows 64 bits or memory is exhausted); got error code 1; use "
+                        "smaller sizes, or compute_at the producer inside a loop of its "
+                        "consumer so that it needs a smaller region", code)
+    if ERR_BOUNDS <= code < ERR_BOUNDS + len(checks):
+        return RunError(checks[code - ERR_BOUNDS].message(fname, code), code)
+    return RunError(f"{fname}(): the compiled function failed; got error code {code}", code)
 
 
 def _cffi_decl(func: LoweredFunc) -> str:
@@ -84,9 +109,18 @@ def build(s, args, target="c", name: str = "main"):
     """Compile schedule ``s`` into a callable taking ``args`` (tensors, in order).
 
     ``target``: ``"c"`` (gcc -O3 -march=native, OpenMP for parallel loops) with options such
-    as ``-cc=clang``, ``-threads=2``, ``-sanitize=address,undefined``, ``-fast-math``; or
-    ``"opencl"`` with ``-device=cpu|gpu``. Raises ScheduleError for an invalid schedule and
-    BuildError when code generation or the compiler fails.
+    as ``-cc=clang``, ``-threads=2``, ``-sanitize=address,undefined``, ``-fast-math``,
+    ``-bounds-check``; or ``"opencl"`` with ``-device=cpu|gpu``. Raises ScheduleError for an
+    invalid schedule and BuildError when code generation or the compiler fails.
+
+    Indices that bound inference can follow are checked when the schedule is lowered; an index
+    read from data (a gather such as ``A[I[i]]``) is not, and an out-of-range one reads outside
+    ``A``. With ``-bounds-check`` the C code checks every data-dependent index at run time: the
+    call then raises RunError naming the tensor, the dimension and the index expression (an
+    exported function returns ``256 + k`` for check ``k``). Every C function returns 1 when an
+    intermediate buffer cannot be allocated (size overflow or out of memory; RunError in
+    Python) and never aborts. ``-sanitize=address`` (and thread, leak) needs its runtime
+    preloaded into the Python process (``LD_PRELOAD``); without it build raises BuildError.
     """
     check_function_name(name if not isinstance(s, LoweredFunc) else s.name)
     tgt = Target.parse(target)
@@ -98,7 +132,8 @@ def build(s, args, target="c", name: str = "main"):
         from .opencl import build_opencl
         return build_opencl(func, tgt)
     threads = int(tgt.options["threads"]) if "threads" in tgt.options else None
-    code = generate_c(func, threads)
+    check_sanitizer_runtime(tgt)
+    code = generate_c(func, threads, bool(tgt.options.get("bounds-check")))
     cc = tgt.options.get("cc", "gcc")
     flags = flags_for(tgt.options, code.uses_parallel)
     if code.vector_math:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ..errors import BuildError
 from ..lang import dtype as dt
-from ..lang.expr import BinKind, Const, Expr, Var
+from ..lang.expr import BinKind, BinOp, Cast, Const, Expr, Var
 from ..lang.simplify import const_bound, simplify, upper_bound
 from ..lang.visitor import ExprVisitor
 from ..schedule.lower import LoweredFunc
@@ -44,10 +44,29 @@ PRELUDE = r"""#include <stdint.h>
 #include <stdio.h>
 #include <math.h>
 
-""" + FLOOR_HELPERS + r"""static inline void *lt_alloc(size_t bytes) {
-  void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
-  if (!p) { fprintf(stderr, "looptune: out of memory allocating %zu bytes\n", bytes); abort(); }
-  return p;
+""" + FLOOR_HELPERS + r"""/* error codes a generated function returns; the first failure is kept */
+#define LT_ERR_ALLOC 1
+#define LT_ERR_BOUNDS 256
+static inline void lt_fail(int *status, int code) {
+  int ok = 0;
+  __atomic_compare_exchange_n(status, &ok, code, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
+/* an intermediate of elem * dims[0] * ... bytes, 64-byte aligned; NULL (never abort) when the
+   size overflows size_t or memory is exhausted */
+static inline void *lt_alloc(size_t elem, int n, const int64_t *dims) {
+  size_t bytes = elem;
+  for (int i = 0; i < n; ++i) {
+    if (dims[i] <= 0) { bytes = 0; break; }
+    if (__builtin_mul_overflow(bytes, (uint64_t)dims[i], &bytes)) return NULL;
+  }
+  if (bytes > SIZE_MAX - 63) return NULL;
+  return aligned_alloc(64, bytes ? (bytes + 63) / 64 * 64 : 64);
+}
+/* -bounds-check: i if 0 <= i < n, else -1 and the error LT_ERR_BOUNDS + site */
+static inline int64_t lt_chk(int64_t i, int64_t n, int site, int *status) {
+  if (__builtin_expect(i >= 0 && i < n, 1)) return i;
+  lt_fail(status, LT_ERR_BOUNDS + site);
+  return -1;
 }
 """
 
@@ -154,6 +173,8 @@ class _CExpr(ExprVisitor):
         return f"{fn}({', '.join(args)})"
 
     def visit_BufferLoad(self, e):
+        if self.gen.bounds_check and any(_reads_memory(i) for i in e.indices):
+            return self.gen.checked_load(e)
         return f"{self.gen.buf_name(e.buffer)}[{self.gen.flat(e.buffer, e.indices)}]"
 
     def visit_Load(self, e):
@@ -166,8 +187,10 @@ class _CExpr(ExprVisitor):
 class CCodegen(StmtVisitor):
     """Turns a LoweredFunc into a C translation unit with one exported function."""
 
-    def __init__(self, threads: int | None = None):
+    def __init__(self, threads: int | None = None, bounds_check: bool = False):
         self.lines: list[str] = []
+        self.bounds_check = bounds_check
+        self.checks: list[BoundsCheck] = []
         self.depth = 1
         self.names: dict[tuple, str] = {}
         self.used: set[str] = set()
@@ -211,6 +234,32 @@ class CCodegen(StmtVisitor):
             idx = i if idx is None else idx * _dim(buf.shape[d]) + i
         return self.expr.visit(simplify(idx if idx is not None else Const(0, "int32"),
                                         self.ranges))
+
+    def checked_load(self, e) -> str:
+        """``buf[...]`` whose data-dependent indices are checked against their dimension at
+        run time (-bounds-check): an index out of range records the error LT_ERR_BOUNDS + site
+        and the load yields 0 instead of reading outside the buffer."""
+        buf = e.buffer
+        name = self.buf_name(buf)
+        idx, decls = [], []
+        for d, i in enumerate(e.indices):
+            if _reads_memory(i):
+                while isinstance(i, Cast) and dt.is_int(i.dtype) and dt.is_int(i.value.dtype):
+                    i = i.value             # check the index before it narrows to int32
+            text = self.expr.visit(simplify(i, self.ranges))
+            if _reads_memory(i):
+                site = len(self.checks)
+                self.checks.append(BoundsCheck(buf.name, d, str(i), str(buf.shape[d])))
+                ext = self.expr.visit(simplify(_dim(buf.shape[d])))
+                text = f"lt_chk({text}, {ext}, {site}, &lt_status)"
+            decls.append(f"lt_i{d} = {text}")
+            idx.append(f"lt_i{d}")
+        flat = idx[0]
+        for d in range(1, len(idx)):
+            flat = f"({flat} * {self.expr.visit(simplify(_dim(buf.shape[d])))} + {idx[d]})"
+        bad = " | ".join(idx)
+        return (f"(__extension__ ({{ const int64_t {', '.join(decls)}; "
+                f"({bad}) < 0 ? ({dt.c_type(buf.dtype)})0 : {name}[{flat}]; }}))")
 
     def emit(self, text: str) -> None:
         self.lines.append("  " * self.depth + text)
@@ -283,11 +332,20 @@ class CCodegen(StmtVisitor):
             self.visit(s.body)
             self.emit("}")
             return
+        # the size in 64 bits, checked for overflow by lt_alloc; no buffer: LT_ERR_ALLOC and
+        # the statements that use it are skipped (inside parallel loops too)
+        dims = [self.expr.visit(x) for d in b.shape for x in _factors(simplify(_dim(d)))]
         self.emit("{")
-        self.emit(f"{ctype} *restrict {name} = ({ctype} *)lt_alloc(sizeof({ctype}) * "
-                  f"(size_t)({self.expr.visit(size)}));")
+        self.emit(f"{ctype} *restrict {name} = ({ctype} *)lt_alloc(sizeof({ctype}), {len(dims)}, "
+                  f"(const int64_t[]){{{', '.join(dims)}}});")
+        self.emit(f"if (!{name}) {{")
+        self.emit("  lt_fail(&lt_status, LT_ERR_ALLOC);")
+        self.emit("} else {")
+        self.depth += 1
         self.visit(s.body)
         self.emit(f"free({name});")
+        self.depth -= 1
+        self.emit("}")
         self.emit("}")
 
     def visit_Barrier(self, s):
@@ -306,9 +364,25 @@ class CCodegen(StmtVisitor):
         self.visit(f.body)
         body = "\n".join(self.lines)
         sig = f"int {f.name}({', '.join(params)})"
-        return CSource(f"{sig} {{\n{body}\n  return 0;\n}}\n", sig + ";",
-                       frozenset(self.minmax), self.uses_parallel,
-                       frozenset(self.math & vector_math_functions()))
+        return CSource(f"{sig} {{\n  int lt_status = 0;\n{body}\n  return lt_status;\n}}\n",
+                       sig + ";", frozenset(self.minmax), self.uses_parallel,
+                       frozenset(self.math & vector_math_functions()), tuple(self.checks))
+
+
+@dataclass(frozen=True)
+class BoundsCheck:
+    """One run-time index check of -bounds-check: error code LT_ERR_BOUNDS + its position."""
+
+    tensor: str
+    dim: int
+    index: str
+    extent: str
+
+    def message(self, fname: str, code: int) -> str:
+        return (f"{fname}(): the index {self.index} of tensor '{self.tensor}' (dimension "
+                f"{self.dim}) is outside [0, {self.extent}); got error code {code} from "
+                "-bounds-check; give index arrays values inside the tensor's shape (or clamp "
+                "them, e.g. lt.min(lt.max(i, 0), n - 1))")
 
 
 @dataclass(frozen=True)
@@ -320,6 +394,7 @@ class CSource:
     minmax_dtypes: frozenset
     uses_parallel: bool
     vector_math: frozenset = frozenset()   # libm functions declared SIMD (glibc libmvec)
+    checks: tuple = ()                     # BoundsCheck of each -bounds-check site, in order
 
     @property
     def source(self) -> str:
@@ -355,6 +430,13 @@ def vector_math_functions() -> frozenset:
     return frozenset(n + sfx for n in _LIBMVEC for sfx in ("", "f"))
 
 
+def _factors(e: Expr) -> list[Expr]:
+    """The factors of a product ``a * b * ...`` (``e`` itself when it is no product)."""
+    if isinstance(e, BinOp) and e.op is BinKind.MUL:
+        return _factors(e.a) + _factors(e.b)
+    return [e]
+
+
 def _dim(d) -> Expr:
     return d if isinstance(d, Expr) else Const(d, "int32")
 
@@ -366,9 +448,11 @@ def _minmax_helpers(d: str) -> str:
             f"static inline {c} lt_max_{n}({c} a, {c} b) {{ return a > b ? a : b; }}\n")
 
 
-def generate_c(f: LoweredFunc, threads: int | None = None) -> CSource:
-    """C code for one lowered function."""
+def generate_c(f: LoweredFunc, threads: int | None = None, bounds_check: bool = False
+               ) -> CSource:
+    """C code for one lowered function; ``bounds_check``: data-dependent indices are checked at
+    run time (the target option -bounds-check)."""
     from ..lang.tensor import PlaceholderOp
-    gen = CCodegen(threads)
+    gen = CCodegen(threads, bounds_check)
     inputs = {id(t) for t in f.args if isinstance(t.op, PlaceholderOp)}
     return gen.function(f, inputs)

@@ -7,6 +7,7 @@ rebuilt, never loaded. ``$LOOPTUNE_CACHE`` sets the directory (default ``~/.cach
 """
 from __future__ import annotations
 
+import ctypes
 import functools
 import hashlib
 import logging
@@ -67,6 +68,38 @@ def flags_for(options: dict, parallel: bool) -> list[str]:
         flags += [f"-fsanitize={kinds}", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all",
                   "-g"]
     return flags
+
+
+# sanitizers whose runtime must be loaded before anything else: loading code built with them
+# into a process without it aborts the process (ASan) or fails (TSan, LSan: static TLS)
+_RUNTIMES = {"address": ("AddressSanitizer", "libasan.so", "__asan_init"),
+             "pointer-compare": ("AddressSanitizer", "libasan.so", "__asan_init"),
+             "pointer-subtract": ("AddressSanitizer", "libasan.so", "__asan_init"),
+             "thread": ("ThreadSanitizer", "libtsan.so", "__tsan_init"),
+             "leak": ("LeakSanitizer", "liblsan.so", "__lsan_init"),
+             "hwaddress": ("HWAddressSanitizer", "libhwasan.so", "__hwasan_init"),
+             "memory": ("MemorySanitizer", "libmsan.so", "__msan_init")}
+
+
+def check_sanitizer_runtime(target) -> None:
+    """BuildError unless the runtime of every ``-sanitize=`` kind of ``target`` that must come
+    first is already loaded in this process (UBSan needs none)."""
+    san = target.options.get("sanitize")
+    if not san:
+        return
+    kinds = ["address", "undefined"] if san is True else str(san).split(",")
+    main = ctypes.CDLL(None)
+    for kind in kinds:
+        if kind not in _RUNTIMES:
+            continue
+        name, lib, symbol = _RUNTIMES[kind]
+        if not hasattr(main, symbol):
+            raise BuildError(
+                f"build(target='{target}'): -sanitize={san} needs the {name} runtime loaded "
+                f"first in this process, and loading the sanitized code without it would abort "
+                f"Python; got a process without {lib}; run Python with "
+                f"LD_PRELOAD=$(gcc -print-file-name={lib}) (as tests/backends/test_sanitizers.py "
+                "does), or use -sanitize=undefined, or build without -sanitize")
 
 
 def _sha(path: Path) -> str:

@@ -18,7 +18,7 @@ import threading
 
 import numpy as np
 
-from ..errors import BuildError, ScheduleError
+from ..errors import BuildError, RunError, ScheduleError
 from ..lang.expr import Const, Expr
 from ..lang.simplify import simplify
 from ..lang.tensor import PlaceholderOp
@@ -251,8 +251,17 @@ class CLModule:
             n = 1
             for d in b.shape:
                 n *= d if isinstance(d, int) else _eval(d, env)
-            bufs[b.uid] = cl.Buffer(self._ctx, mf.READ_WRITE, max(n, 1) * np.dtype(b.dtype)
-                                    .itemsize)
+            nbytes = max(n, 1) * np.dtype(b.dtype).itemsize
+            try:
+                if nbytes > self.device.max_mem_alloc_size:
+                    raise cl.MemoryError(f"more than the device's largest buffer "
+                                         f"({self.device.max_mem_alloc_size} bytes)")
+                bufs[b.uid] = cl.Buffer(self._ctx, mf.READ_WRITE, nbytes)
+            except cl.Error as e:
+                raise RunError(f"{self.name}(): the intermediate '{b.name}' needs {nbytes} "
+                               f"bytes, which device '{self.device.name.strip()}' cannot "
+                               f"allocate; got {e}; use smaller sizes or compute_at the "
+                               "producer inside a kernel") from None
         size = dict(zip(self.lowered.size_vars, values))
         launches = []
         for info, knl in zip(self.kernels, self._cl_kernels):

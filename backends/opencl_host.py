@@ -19,10 +19,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..lang import dtype as dt
-from ..lang.expr import Const, Expr
 from ..lang.simplify import simplify
 from ..lang.tensor import PlaceholderOp
-from .c_codegen import CCodegen, CSource, _dim
+from .c_codegen import CCodegen, CSource, _dim, _factors
 from .sanitize import c_string
 
 _DEVICE_MASKS = {"cpu": "(1u << 1)", "gpu": "(1u << 2)", "accelerator": "(1u << 3)"}
@@ -205,7 +204,22 @@ static int lt_cl_build(const char *fn, const char *src, int n, const char *const
   return 0;
 }
 
+/* elem * dims[0] * ... bytes; SIZE_MAX when that overflows (no device takes such a buffer:
+   its creation fails with an OpenCL error code) */
+static size_t lt_cl_bytes(size_t elem, int n, const int64_t *dims) {
+  size_t bytes = elem;
+  for (int i = 0; i < n; ++i) {
+    if (dims[i] <= 0) return 0;
+    if (__builtin_mul_overflow(bytes, (uint64_t)dims[i], &bytes)) return SIZE_MAX;
+  }
+  return bytes;
+}
+
 static lt_cl_h lt_cl_buffer(const void *host, size_t bytes, lt_cl_int *err) {
+  if (bytes == SIZE_MAX) {
+    *err = -61;   /* CL_INVALID_BUFFER_SIZE */
+    return NULL;
+  }
   if (host && bytes)
     return lt_cl.CreateBuffer(lt_cl.context, LT_CL_MEM_READ_ONLY | LT_CL_MEM_COPY_HOST_PTR,
                               bytes, (void *)host, err);
@@ -236,11 +250,11 @@ def runtime_source(prefix: str, target) -> CSource:
     return CSource(text, f"const char *{prefix}_opencl_error(void);", frozenset(), False)
 
 
-def _count(gen: CCodegen, shape) -> str:
-    n: Expr = Const(1, "int64")
-    for d in shape:
-        n = n * _dim(d)
-    return gen.expr.visit(simplify(n))
+def _bytes(gen: CCodegen, dtype: str, shape) -> str:
+    """The byte size of a buffer, in 64 bits with an overflow check (lt_cl_bytes)."""
+    dims = [gen.expr.visit(x) for d in shape for x in _factors(simplify(_dim(d)))]
+    return (f"lt_cl_bytes({np.dtype(dtype).itemsize}, {len(dims)}, "
+            f"(const int64_t[]){{{', '.join(dims) or '1'}}})")
 
 
 def _fail(code: str, what: str, *args: str) -> str:
@@ -323,17 +337,16 @@ def host_source(module) -> CSource:
             f"  lt_cl_h lt_mem[{len(bufs)}] = {{0}};",
             "  pthread_mutex_lock(&lt_cl.lock);"]
     for k, b in enumerate(bufs):
-        size = np.dtype(b.dtype).itemsize
         host = gen.buf_name(b) if k in inputs else "NULL"
-        body += [f"  lt_mem[{k}] = lt_cl_buffer({host}, (size_t)({_count(gen, b.shape)}) * "
-                 f"{size}, &lt_err);",
+        body += [f"  lt_mem[{k}] = lt_cl_buffer({host}, {_bytes(gen, b.dtype, b.shape)}, "
+                 "&lt_err);",
                  "  " + _fail("lt_err", "%s: clCreateBuffer failed (%d)", c_string(fn))]
     for n, info in enumerate(module.kernels):
         body += _launch(gen, fn, n, info, slot)
     for k, (t, b) in enumerate(zip(f.args, f.buffers)):
         if k in inputs:
             continue
-        bytes_ = f"(size_t)({_count(gen, b.shape)}) * {np.dtype(b.dtype).itemsize}"
+        bytes_ = _bytes(gen, b.dtype, b.shape)
         body += [f"  if ({bytes_}) lt_err = lt_cl.EnqueueReadBuffer(lt_cl.queue, lt_mem[{k}], "
                  f"1, 0, {bytes_}, {gen.buf_name(b)}, 0, NULL, NULL);",
                  "  " + _fail("lt_err", "%s: reading %s back failed (%d)", c_string(fn),

@@ -8,7 +8,7 @@ import numpy as np
 from ..errors import BuildError
 
 _KNOWN = {
-    "c": {"cc", "threads", "sanitize", "fast-math", "O", "march"},
+    "c": {"cc", "threads", "sanitize", "fast-math", "O", "march", "bounds-check"},
     "opencl": {"device", "platform"},
 }
 
