@@ -20,8 +20,21 @@ from ._util import (broadcast_index, broadcast_shapes, check_rank, int_list, nor
                     pad_const, pad_types, refuse_extra_outputs, same_dtype, te_name, tt)
 from ._window import window
 
-DOT_FLOATS = ("float32", "float64")
+DOT_FLOATS = ("float16", "float32", "float64")
 MATMUL_DTYPES = DOT_FLOATS + ("int32", "int64", "uint32", "uint64")
+
+
+def _acc(v):
+    """A float16 operand widened: contractions accumulate float16 in float32."""
+    return lt.cast(v, "float32") if v.dtype == "float16" else v
+
+
+def _narrow(ctx, T, name_suffix: str = ""):
+    """``T`` cast back to the node's dtype, as a final elementwise stage, where it differs."""
+    d = ctx.out_types[0].dtype
+    if T.dtype == d:
+        return T
+    return lt.compute(T.shape, lambda *i: lt.cast(T[i], d), name=te_name(ctx, name_suffix))
 
 
 def _np_acc(x: np.ndarray) -> np.ndarray:
@@ -98,15 +111,17 @@ def _conv_compute(ctx, ts):
         c = 0 if g == 1 else (m // mog) * cig
         c = c + rc if rc is not None else c
         xi = [_tap(o[d], w.strides[d], rk[d], w.dilations[d]) for d in range(len(o))]
-        v = P[(n, c, *xi)] * W[(m, 0 if rc is None else rc, *(r if r is not None else 0
-                                                                   for r in rk))]
+        wi = (m, 0 if rc is None else rc, *(r if r is not None else 0 for r in rk))
+        v = _acc(P[(n, c, *xi)]) * _acc(W[wi])
         return lt.sum(v, axis=axes) if axes else v
 
     shape = ctx.out_types[0].shape
-    C = lt.compute(shape, body, name=te_name(ctx, "conv" if B is not None else ""))
+    f16 = X.dtype == "float16"
+    C = lt.compute(shape, body, name=te_name(ctx, "conv" if B is not None or f16 else ""))
     if B is None:
-        return [C]
-    return [lt.compute(shape, lambda *i: C[i] + B[i[1]], name=te_name(ctx))]
+        return [_narrow(ctx, C)]
+    Y = lt.compute(shape, lambda *i: C[i] + _acc(B[i[1]]), name=te_name(ctx, "bias" if f16 else ""))
+    return [_narrow(ctx, Y)]
 
 
 def _tap(o, stride: int, r, dil: int):
@@ -170,21 +185,22 @@ def _gemm_compute(ctx, ts):
     ta, tb = ctx.attrs["transA"], ctx.attrs["transB"]
     alpha, beta = ctx.attrs["alpha"], ctx.attrs["beta"]
     k = lt.reduce_axis(K, name="k")
+    f16 = A.dtype == "float16"
     epilogue = alpha != 1.0 or (C is not None and beta != 0.0)
-    P = lt.compute((M, N), lambda i, j: lt.sum((A[k, i] if ta else A[i, k]) *
-                                               (B[j, k] if tb else B[k, j]), axis=k),
-                   name=te_name(ctx, "mm" if epilogue else ""))
+    P = lt.compute((M, N), lambda i, j: lt.sum(_acc(A[k, i] if ta else A[i, k]) *
+                                               _acc(B[j, k] if tb else B[k, j]), axis=k),
+                   name=te_name(ctx, "mm" if epilogue or f16 else ""))
     if not epilogue:
-        return [P]
+        return [_narrow(ctx, P)]
 
     def body(i, j):
         v = P[i, j] if alpha == 1.0 else P[i, j] * alpha
         if C is None or beta == 0.0:
             return v
-        c = C[broadcast_index(C.shape, (M, N), (i, j))]
+        c = _acc(C[broadcast_index(C.shape, (M, N), (i, j))])
         return v + (c if beta == 1.0 else c * beta)
 
-    return [lt.compute((M, N), body, name=te_name(ctx))]
+    return [_narrow(ctx, lt.compute((M, N), body, name=te_name(ctx, "ab" if f16 else "")))]
 
 
 register(OpDef(
@@ -229,9 +245,11 @@ def _matmul_compute(ctx, ts):
         j = 0 if len(sb) == 1 else o[-1]
         ai = (k,) if len(sa) == 1 else (*broadcast_index(sa[:-2], batch, o[:nb]), i, k)
         bi = (k,) if len(sb) == 1 else (*broadcast_index(sb[:-2], batch, o[:nb]), k, j)
-        return lt.sum(A[ai] * B[bi], axis=k)
+        return lt.sum(_acc(A[ai]) * _acc(B[bi]), axis=k)
 
-    return [lt.compute(ctx.out_types[0].shape, body, name=te_name(ctx))]
+    f16 = A.dtype == "float16"
+    return [_narrow(ctx, lt.compute(ctx.out_types[0].shape, body,
+                                    name=te_name(ctx, "mm" if f16 else "")))]
 
 
 register(OpDef(
