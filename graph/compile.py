@@ -248,7 +248,8 @@ def _lanes(target: Target, outputs) -> int:
 
 def default_schedule(outputs, lanes: int = 8) -> Schedule:
     """Injective intermediates inlined; each root stage's innermost spatial loop split by
-    ``lanes`` and vectorized (below its reduction loops), its outer loops fused and parallel."""
+    ``lanes`` (whole when shorter than two vectors) and vectorized below its reduction loops,
+    its outer loops fused and parallel."""
     s = create_schedule(outputs)
     out_ids = {id(t) for t in outputs}
     for st in s.stages:
@@ -260,14 +261,16 @@ def default_schedule(outputs, lanes: int = 8) -> Schedule:
             continue
         axes, red = list(st.op.axis), list(st.op.reduce_axis)
         ext = getattr(axes[-1].extent, "value", axes[-1].extent)
-        if isinstance(ext, int) and ext >= lanes:
+        outer = axes[:-1]
+        if ext >= 2 * lanes:
             o, i = st.split(axes[-1], factor=lanes)
-            st.reorder(*axes[:-1], o, *red, i)
-            st.vectorize(i)
-            outer = axes[:-1] + [o]
-        else:
-            outer = axes
-        st.parallel(outer[0] if len(outer) == 1 else st.fuse(*outer))
+            outer.append(o)
+        else:                                     # short rows: the whole row is one vector
+            i = axes[-1]
+        st.reorder(*outer, *red, i)
+        st.vectorize(i)
+        if outer:
+            st.parallel(outer[0] if len(outer) == 1 else st.fuse(*outer))
     return s
 
 
