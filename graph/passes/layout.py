@@ -15,6 +15,9 @@ How the pass rewrites, node by node in graph order:
 - An elementwise op (Relu, Sigmoid, ... ; Add/Mul/... with a constant, or with a tensor of the
   same shape) whose input is blocked works on the blocked tensor as it is; a per-channel
   constant (the bias of a folded BatchNormalization) is blocked once to (1, C/b, 1, 1, b).
+- MaxPool and AveragePool of a blocked value pool the blocked tensor as it is (one more
+  window axis, of size 1), and GlobalAveragePool/GlobalMaxPool become ReduceMean/ReduceMax
+  over H and W, so a conv-pool-conv chain stays blocked.
 - A ``LayoutTransform`` is inserted only where a value crosses the boundary: into the block
   from an NCHW value (a graph input, a non-blocked op), and back for each NCHW reader (the
   back transform keeps the value's name, so graph outputs and other readers are unchanged).
@@ -29,6 +32,9 @@ from ..ir import Graph, Node
 from ..ops.layout import block_nchw, block_weight, blocked_layout
 from .base import Builder, PassStats, count, has_ops
 from .simplify import ELEMENTWISE_BINARY, ELEMENTWISE_UNARY
+
+
+_GLOBAL_POOLS = {"GlobalAveragePool": "ReduceMean", "GlobalMaxPool": "ReduceMax"}
 
 
 def target_lanes(target) -> int | None:
@@ -48,8 +54,9 @@ def layout_nchwc(graph: Graph, stats: PassStats | None = None, *, target="c",
                  block: int | None = None) -> Graph:
     """Switch Conv chains to NCHW{b}c (see the module docstring). ``block`` overrides the
     target's lanes; a non-C target (OpenCL) without ``block`` leaves the graph as it is.
-    Counts ``convs blocked``, ``elementwise blocked``, ``transforms inserted`` (at the
-    boundaries, after dead back-transforms are dropped) and ``transform pairs cancelled``.
+    Counts ``convs blocked``, ``elementwise blocked``, ``pools blocked``, ``transforms
+    inserted`` (at the boundaries, after dead back-transforms are dropped) and ``transform
+    pairs cancelled``.
 
     Before -> after (16 lanes)::
 
@@ -67,7 +74,7 @@ def layout_nchwc(graph: Graph, stats: PassStats | None = None, *, target="c",
         return graph
     rw = _Blocker(graph, lanes)
     for node in graph.nodes:
-        if not (rw.conv(node) or rw.elementwise(node)):
+        if not (rw.conv(node) or rw.elementwise(node) or rw.pool(node)):
             rw.b.keep(node)
     if not rw.counts["convs blocked"]:
         return graph
@@ -86,7 +93,7 @@ class _Blocker:
         self.lanes = lanes
         self.blocked: dict[str, tuple[str, int]] = {}     # NCHW value -> (blocked value, b)
         self.transforms: dict[tuple[str, int], str] = {}
-        self.counts = {"convs blocked": 0, "elementwise blocked": 0,
+        self.counts = {"convs blocked": 0, "elementwise blocked": 0, "pools blocked": 0,
                        "transform pairs cancelled": 0}
 
     def into_block(self, v: str, blk: int) -> str:
@@ -151,6 +158,29 @@ class _Blocker:
             return False
         self.emit(n, n.op_type, [self._materialize(i, blk) for i in ins], n.attributes, blk)
         self.counts["elementwise blocked"] += 1
+        return True
+
+    def pool(self, n: Node) -> bool:
+        """A pool of a blocked value pools the 5-D tensor: the window gains a last axis of
+        size 1 (stride 1, no padding), so each channel of a block pools on its own; a global
+        pool becomes a ReduceMean/ReduceMax over H, W."""
+        if len(n.outputs) != 1 or n.inputs[0] not in self.blocked:
+            return False
+        x, blk = self.blocked[n.inputs[0]]
+        if n.op_type in _GLOBAL_POOLS and has_ops(_GLOBAL_POOLS[n.op_type]):
+            self.emit(n, _GLOBAL_POOLS[n.op_type], [x], {"axes": [2, 3], "keepdims": 1}, blk)
+        elif n.op_type in ("MaxPool", "AveragePool"):
+            a = dict(n.attributes)
+            pads = list(a.get("pads") or (0, 0, 0, 0))
+            a["kernel_shape"] = list(a["kernel_shape"]) + [1]
+            a["pads"] = pads[:2] + [0] + pads[2:] + [0]
+            for key in ("strides", "dilations"):
+                a[key] = list(a.get(key) or (1, 1)) + [1]
+            self.emit(n, n.op_type, [x], a, blk)
+        else:
+            return False
+        self.counts["transform pairs cancelled"] += 1
+        self.counts["pools blocked"] += 1
         return True
 
     def _operand(self, v: str, out: tuple[int, ...], blk: int):

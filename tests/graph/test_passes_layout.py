@@ -130,14 +130,14 @@ def test_a_conv_chain_is_blocked_with_transforms_only_at_the_boundaries():
     assert stats.total("layout_nchwc", "transform pairs cancelled") == 5
 
 
-@needs("Conv", "MaxPool")
+@needs("Conv", "Softmax")
 def test_a_residual_block_stays_blocked_and_nchw_readers_get_one_transform():
     g = Graph("res")
     x = g.input("x", (1, 12, 5, 6))
     a = g.op("Relu", _conv(g, x, 12, 12), name="a")
     b = _conv(g, a, 12, 12)
     s = g.op("Relu", g.op("Add", b, a))                                      # both blocked
-    p = g.op("MaxPool", s, kernel_shape=[2, 2])                              # NCHW reader
+    p = g.op("Softmax", s, axis=1)                                           # NCHW reader
     g.output(p, g.op("Exp", s, name="e"), "a")
     opt, stats = check_pass(g, layout_nchwc, block=8)
     assert stats.total("layout_nchwc", "convs blocked") == 2
@@ -145,6 +145,26 @@ def test_a_residual_block_stays_blocked_and_nchw_readers_get_one_transform():
     assert [n.attr("dst_layout") for n in lts] == ["NCHW6c", "NCHW", "NCHW", "NCHW"]
     assert {n.outputs[0] for n in lts[1:]} == {"a", s.name, "e"}            # names kept
     assert opt.outputs == g.outputs
+
+
+@needs("Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "ReduceMean",
+       "ReduceMax")
+def test_pools_of_blocked_values_stay_blocked():
+    g = Graph("pools")
+    x = g.input("x", (2, 4, 9, 8))
+    y = g.op("MaxPool", g.op("Relu", _conv(g, x, 8, 4)), kernel_shape=[3, 2], strides=[2, 2],
+             pads=[1, 0, 1, 1], ceil_mode=1)
+    y = g.op("AveragePool", _conv(g, y, 8, 8), kernel_shape=[2, 3], pads=[0, 1, 1, 1],
+             count_include_pad=0, dilations=[1, 2])
+    g.output(g.op("GlobalAveragePool", y, name="avg"), g.op("GlobalMaxPool", y, name="max"))
+    opt, stats = check_pass(g, layout_nchwc, block=4)
+    assert op_types(opt) == ["LayoutTransform", "ConvNCHWc", "Relu", "MaxPool", "ConvNCHWc",
+                             "AveragePool", "ReduceMean", "LayoutTransform", "ReduceMax",
+                             "LayoutTransform"]
+    assert opt.nodes[3].attr("kernel_shape") == (3, 2, 1)
+    assert opt.nodes[3].attr("pads") == (1, 0, 0, 1, 1, 0)
+    assert stats.total("layout_nchwc", "pools blocked") == 4
+    assert stats.total("layout_nchwc", "transforms inserted") == 3
 
 
 @needs("Conv")
