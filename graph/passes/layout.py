@@ -153,7 +153,7 @@ class _Blocker:
             return False
         out = self.b.old.types[n.outputs[0]].shape
         blk = next(self.blocked[i][1] for i in n.inputs if i in self.blocked)
-        ins = [self._operand(i, out, blk) for i in n.inputs]
+        ins = [self._operand(i, out) for i in n.inputs]
         if any(i is None for i in ins):
             return False
         self.emit(n, n.op_type, [self._materialize(i, blk) for i in ins], n.attributes, blk)
@@ -183,7 +183,7 @@ class _Blocker:
         self.counts["pools blocked"] += 1
         return True
 
-    def _operand(self, v: str, out: tuple[int, ...], blk: int):
+    def _operand(self, v: str, out: tuple[int, ...]):
         """How a binary op's input enters the block: ("v", v) a tensor of the output's shape
         (blocked, or transformed), ("s", v) a scalar as it is, ("c", array) a constant to
         block; None when it cannot."""

@@ -141,10 +141,10 @@ def _transpose_transpose(b: Builder, n: Node) -> str | None:
 
 
 #: Elementwise ops of one tensor whatever its layout (extra inputs, as Clip's, are scalars).
-ELEMENTWISE_UNARY = frozenset({"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Erf", "Neg",
-                    "Abs", "Reciprocal", "Gelu", "Elu", "Selu", "Softplus", "Softsign",
-                    "HardSigmoid", "HardSwish", "Clip", "Cast", "Floor", "Ceil", "Round",
-                    "Sign", "Sin", "Cos", "Not", "Identity"})
+ELEMENTWISE_UNARY = frozenset({
+    "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Erf", "Neg", "Abs",
+    "Reciprocal", "Gelu", "Elu", "Selu", "Softplus", "Softsign", "HardSigmoid", "HardSwish",
+    "Clip", "Cast", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "Not", "Identity"})
 
 
 def _sink_transpose_unary(b: Builder, n: Node) -> str | None:

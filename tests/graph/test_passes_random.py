@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from passes_util import assert_same_outputs, needs, op_types, rand
+from passes_util import assert_same_outputs, needs, rand
 
 from looptune.graph import Graph
 from looptune.graph.passes import PassStats, optimize
