@@ -38,6 +38,14 @@ def broadcast_shapes(ctx: OpCall, shapes: list[tuple[int, ...]]) -> tuple[int, .
     return tuple(out)
 
 
+def broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    """Whether ``shape`` broadcasts to exactly ``target`` (ONNX's unidirectional rule)."""
+    if len(shape) > len(target):
+        return False
+    off = len(target) - len(shape)
+    return all(s in (1, target[d + off]) for d, s in enumerate(shape))
+
+
 def broadcast_index(in_shape: tuple[int, ...], out_shape: tuple[int, ...], idx) -> tuple:
     """The index into an input of ``in_shape`` for output index ``idx`` under broadcasting."""
     off = len(out_shape) - len(in_shape)

@@ -11,8 +11,8 @@ import numpy as np
 import looptune as lt
 
 from ..registry import OpDef, OpPattern, register
-from ._util import (FLOATS, broadcast_index, broadcast_pattern, broadcast_shapes, same_dtype,
-                    scalar_operand, te_name, tt)
+from ._util import (FLOATS, broadcast_index, broadcast_pattern, broadcast_shapes, broadcasts_to,
+                    same_dtype, scalar_operand, te_name, tt)
 
 
 def operand(ctx, ts, k: int, i):
@@ -307,7 +307,7 @@ _broadcast_op("Where", (3, 3), _where_dtype, np.where, lt.if_then_else,
 
 def _prelu_dtype(ctx):
     x, s = ctx.in_types
-    if broadcast_shapes(ctx, [x.shape, s.shape]) != x.shape:
+    if not broadcasts_to(s.shape, x.shape):
         raise ctx.error(f"slope (input 1) of shape {list(s.shape)} must broadcast to X's "
                         f"shape {list(x.shape)}")
     return same_dtype(ctx, FLOATS + ("int32", "int64"))

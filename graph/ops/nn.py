@@ -16,8 +16,9 @@ import numpy as np
 import looptune as lt
 
 from ..registry import OpDef, OpPattern, register
-from ._util import (broadcast_index, broadcast_shapes, check_rank, int_list, norm_axis,
-                    pad_const, pad_types, refuse_extra_outputs, same_dtype, te_name, tt)
+from ._util import (broadcast_index, broadcast_shapes, broadcasts_to, check_rank, int_list,
+                    norm_axis, pad_const, pad_types, refuse_extra_outputs, same_dtype, te_name,
+                    tt)
 from ._window import window
 
 DOT_FLOATS = ("float16", "float32", "float64")
@@ -162,7 +163,7 @@ def _gemm_infer(ctx):
                         "inner sizes differ")
     if ctx.has_input(2):
         sc = ctx.in_types[2].shape
-        if len(sc) > 2 or broadcast_shapes(ctx, [sc, (M, N)]) != (M, N):
+        if not broadcasts_to(sc, (M, N)):
             raise ctx.error(f"C (input 2) of shape {list(sc)} does not broadcast to the "
                             f"output [{M}, {N}]")
     return [tt((M, N), d)]
@@ -307,7 +308,7 @@ def _ln_infer(ctx):
     for k, what in ((1, "Scale"), (2, "B")):
         if ctx.has_input(k):
             s = ctx.in_types[k].shape
-            if len(s) > len(xs) - a or broadcast_shapes(ctx, [s, xs]) != xs:
+            if len(s) > len(xs) - a or not broadcasts_to(s, xs):
                 raise ctx.error(f"input {k} ({what}) of shape {list(s)} does not broadcast to "
                                 f"the normalized shape {list(xs[a:])}")
     stat = tt(xs[:a] + (1,) * (len(xs) - a), d)
