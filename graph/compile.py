@@ -174,19 +174,21 @@ def _build(dag: GroupDAG, target: Target, records, name: str) -> Kernel:
     """The kernel of ``dag`` for ``target``; an OpenCL target falls back to C per group."""
     if target.kind == "opencl":
         try:
-            return _build_for(dag, target, records, name, strict=True)
+            return _build_for(dag, target, records, name, gpu=True)
         except LooptuneError as e:
-            log.warning("group %d (%s): not built for OpenCL (%s); running it in C",
-                        dag.group.index, dag.group.name, str(e).splitlines()[0][:160])
+            log.warning("group %d (%s) runs in C: the OpenCL sketch or code generator does "
+                        "not take it (%s)", dag.group.index, dag.group.name,
+                        str(e).splitlines()[0][:160])
         target = Target.parse("c")
-    return _build_for(dag, target, records, name, strict=False)
+    return _build_for(dag, target, records, name, gpu=False)
 
 
-def _build_for(dag: GroupDAG, target: Target, records, name: str, strict: bool) -> Kernel:
+def _build_for(dag: GroupDAG, target: Target, records, name: str, gpu: bool) -> Kernel:
+    """The first schedule of :func:`_schedules` that builds; raises the last failure."""
     from ..backends.build import build
     task = _task(dag, target)
     last: LooptuneError | None = None
-    for how, make in _schedules(dag, task, target, records, strict):
+    for how, make in _schedules(dag, task, target, records, gpu):
         try:
             s = make()
             if s is None:
@@ -194,12 +196,12 @@ def _build_for(dag: GroupDAG, target: Target, records, name: str, strict: bool) 
             module = build(s, dag.tensors, str(target), name=name)
             return Kernel(name, task, module, dag, schedule=how, target=str(target))
         except LooptuneError as e:
-            if strict:
-                raise
-            log.info("group %d (%s): the %s schedule failed (%s); trying the next",
-                     dag.group.index, dag.group.name, how, str(e).splitlines()[0][:160])
+            log.info("group %d (%s): the %s schedule failed for %s (%s)", dag.group.index,
+                     dag.group.name, how, target, str(e).splitlines()[0][:160])
             last = e
-    assert last is not None
+    if last is None:
+        raise GraphError(f"group {dag.group.index} ({dag.group.name}): no schedule for "
+                         f"target {target} (the auto scheduler has no task for it)")
     raise last
 
 
@@ -213,13 +215,14 @@ def _task(dag: GroupDAG, target: Target):
         return None
 
 
-def _schedules(dag: GroupDAG, task, target: Target, records, strict: bool):
-    """(name, make schedule) in order of preference."""
+def _schedules(dag: GroupDAG, task, target: Target, records, gpu: bool):
+    """(name, make schedule) in order of preference (OpenCL: only the sketch's, bound to
+    work-groups and work-items)."""
     if task is not None and records is not None:
         yield "log", lambda: _from_log(task, records)
     if task is not None:
         yield "fallback", lambda: task.instantiate(0)[0]
-    if strict:
+    if gpu:
         return
     outputs = [t for t in dag.tensors if not isinstance(t.op, PlaceholderOp)]
     yield "default", lambda: default_schedule(outputs, _lanes(target, outputs))
