@@ -24,8 +24,22 @@ log = logging.getLogger("looptune.backends.compiler")
 
 def cache_dir() -> Path:
     d = Path(os.environ.get("LOOPTUNE_CACHE") or Path.home() / ".cache" / "looptune")
-    d.mkdir(parents=True, exist_ok=True)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise BuildError(f"the build cache {d} cannot be created ({e.strerror}); got "
+                         f"LOOPTUNE_CACHE={os.environ.get('LOOPTUNE_CACHE', '')!r}; set "
+                         "LOOPTUNE_CACHE to a writable directory") from None
     return d
+
+
+def _cache_error(d: Path, e: OSError) -> BuildError:
+    return BuildError(f"the build cache {d} is not writable ({e.strerror}: {e.filename}); set "
+                      "LOOPTUNE_CACHE to a writable directory")
+
+
+# a function's name starts its cache files' names, cut so that they stay within NAME_MAX (255)
+_NAME_CHARS = 64
 
 
 @functools.lru_cache(maxsize=None)
@@ -111,10 +125,9 @@ def compile_shared(source: str, cc: str = "gcc", flags: list[str] | None = None,
     """Compile ``source`` into a cached shared object and return its path."""
     flags = list(flags or [])
     key = hashlib.sha256("\0".join([source, cc, compiler_version(cc), *flags]).encode())
-    key = key.hexdigest()[:32]
+    stem = f"{name[:_NAME_CHARS]}-{key.hexdigest()[:32]}"
     d = cache_dir()
-    so, sidecar, src_path = d / f"{name}-{key}.so", d / f"{name}-{key}.sha256", \
-        d / f"{name}-{key}.c"
+    so, sidecar, src_path = d / f"{stem}.so", d / f"{stem}.sha256", d / f"{stem}.c"
     if so.exists() and sidecar.exists():
         try:
             if sidecar.read_text().strip() == _sha(so):
@@ -122,9 +135,12 @@ def compile_shared(source: str, cc: str = "gcc", flags: list[str] | None = None,
         except OSError:
             pass
         log.warning("looptune cache entry %s is corrupt or partial; rebuilding", so.name)
-    _atomic_write(src_path, source.encode())
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{name}-", suffix=".so")
-    os.close(fd)
+    try:
+        _atomic_write(src_path, source.encode())
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{stem[:_NAME_CHARS]}-", suffix=".so")
+        os.close(fd)
+    except OSError as e:
+        raise _cache_error(d, e) from None
     libs = [f for f in flags if f.startswith("-l")]  # libraries go after the source
     cmd = [cc, *(f for f in flags if not f.startswith("-l")), "-shared", "-o", tmp,
            str(src_path), *libs, "-lm"]
@@ -133,9 +149,12 @@ def compile_shared(source: str, cc: str = "gcc", flags: list[str] | None = None,
         os.unlink(tmp)
         raise BuildError(f"{cc} failed on {src_path}:\n{proc.stderr.strip()}\n"
                          f"command: {' '.join(cmd)}", str(src_path), proc.stderr)
-    digest = _sha(Path(tmp))
-    os.replace(tmp, so)
-    _atomic_write(sidecar, digest.encode())
+    try:
+        digest = _sha(Path(tmp))
+        os.replace(tmp, so)
+        _atomic_write(sidecar, digest.encode())
+    except OSError as e:
+        raise _cache_error(d, e) from None
     return so
 
 

@@ -82,32 +82,8 @@ def export_library(modules, path, cc: str | None = None) -> dict[str, Path]:
         from ..graph.export import export_model
         return export_model(modules, path, cc=cc)
     mods = list(modules) if isinstance(modules, (list, tuple)) else [modules]
-    if not mods:
-        raise BuildError("export_library: give at least one built function")
-    names = set()
-    for m in mods:
-        if getattr(m, "target", None) is None or m.target.kind not in ("c", "opencl") \
-                or not hasattr(m, "lowered"):
-            raise BuildError(f"export_library: expected functions returned by lt.build; got "
-                             f"{type(m).__name__} {getattr(m, 'name', m)!r}")
-        check_function_name(m.name, "export_library", exported=True)
-        if m.name in names:
-            raise BuildError(f"export_library: two functions are named '{m.name}'; pass "
-                             "name=... to lt.build to make them unique")
-        names.add(m.name)
-    base = Path(path)
-    bad = sorted({ch for ch in base.name if ch in '"\\?' or not ch.isprintable()})
-    if bad or not base.name:
-        raise BuildError(f"export_library({str(path)!r}): the library's file name must not be "
-                         "empty or hold quotes, backslashes, '?' or control characters (the "
-                         f"C file includes the header by that name); got {bad}; pick a plain "
-                         "name such as 'libops'")
-    try:
-        base.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise BuildError(f"export_library: cannot create {base.parent}: {e.strerror}") from None
-    if not os.access(base.parent, os.W_OK):
-        raise BuildError(f"export_library: {base.parent} is not writable")
+    names = _check_modules(mods)
+    base = _library_base(path)
     c_mods = [m for m in mods if m.target.kind == "c"]
     cl_mods = [m for m in mods if m.target.kind == "opencl"]
     if len({str(m.target) for m in cl_mods}) > 1:
@@ -118,7 +94,6 @@ def export_library(modules, path, cc: str | None = None) -> dict[str, Path]:
     compiler_version(cc)
     out = {ext: base.with_name(base.name + "." + ext) for ext in ("c", "h", "so", "a", "o")}
     stem = c_identifier(base.name)
-    guard = stem.upper() + "_H"
     if cl_mods and f"{stem.lower()}_opencl_error" in names:
         raise BuildError(f"export_library: the function '{stem.lower()}_opencl_error' has the "
                          "name of the library's OpenCL error function; got it among "
@@ -126,16 +101,65 @@ def export_library(modules, path, cc: str | None = None) -> dict[str, Path]:
                          "library")
     codes = [m.code if m.target.kind == "c" else host_source(m) for m in mods]
     runtime = runtime_source(stem.lower(), cl_mods[0].target) if cl_mods else None
-    out["h"].write_text(_header(mods, codes, guard, runtime))
     parts = ([runtime] if runtime is not None else []) + codes
-    out["c"].write_text(f'#include "{out["h"].name}"\n' + translation_unit(parts))
-    parallel = any(m.uses_parallel for m in c_mods)
-    opts = {k: v for k, v in (c_mods[0].target.options if c_mods else {}).items()
-            if k in ("march", "O", "fast-math")}
-    flags = flags_for(opts, parallel)
+    try:
+        out["h"].write_text(_header(mods, codes, stem.upper() + "_H", runtime))
+        out["c"].write_text(f'#include "{out["h"].name}"\n' + translation_unit(parts))
+        opts = {k: v for k, v in (c_mods[0].target.options if c_mods else {}).items()
+                if k in ("march", "O", "fast-math")}
+        libs = ["-lmvec"] if any(c.vector_math for c in codes) else []
+        libs += ["-ldl", "-lpthread"] if cl_mods else []
+        _compile(cc, flags_for(opts, any(m.uses_parallel for m in c_mods)), out, libs)
+    except OSError as e:
+        raise BuildError(f"export_library({str(path)!r}): cannot write {e.filename} "
+                         f"({e.strerror}); got the path {str(path)!r}; export to a writable "
+                         "directory, with a shorter file name") from None
+    del out["o"]
+    return out
+
+
+def _check_modules(mods: list) -> set[str]:
+    """The names of ``mods``; BuildError unless they are built functions with unique names
+    that a library can export."""
+    if not mods:
+        raise BuildError("export_library: give at least one built function")
+    names: set[str] = set()
+    for m in mods:
+        if getattr(m, "target", None) is None or m.target.kind not in ("c", "opencl") \
+                or not hasattr(m, "lowered"):
+            raise BuildError(f"export_library: expected functions returned by lt.build; got "
+                             f"{type(m).__name__} {getattr(m, 'name', m)!r}")
+        check_function_name(m.name, "export_library", exported=True)
+        if m.name in names:
+            raise BuildError(f"export_library: two functions are named '{m.name}'; pass "
+                             "name=... to lt.build to make them unique")
+        names.add(m.name)
+    return names
+
+
+def _library_base(path) -> Path:
+    """``path`` as the library's path without extension, its directory created."""
+    base = Path(path)
+    bad = sorted({ch for ch in base.name if ch in '"\\?' or not ch.isprintable()})
+    if bad or not base.name:
+        raise BuildError(f"export_library({str(path)!r}): the library's file name must not be "
+                         "empty or hold quotes, backslashes, '?' or control characters (the "
+                         f"C file includes the header by that name); got {bad}; pick a plain "
+                         "name such as 'libops'")
+    try:
+        base.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise BuildError(f"export_library({str(path)!r}): cannot create {base.parent}: "
+                         f"{e.strerror}; export to a writable directory") from None
+    if not os.access(base.parent, os.W_OK):
+        raise BuildError(f"export_library({str(path)!r}): cannot write to {base.parent} (not "
+                         "writable); export to a writable directory")
+    return base
+
+
+def _compile(cc: str, flags: list[str], out: dict, libs: list[str]) -> None:
+    """``out['c']`` -> the object, the shared library and the static archive."""
     _run([cc, *flags, "-c", str(out["c"]), "-o", str(out["o"])], out["c"])
-    libs = ["-lmvec"] if any(c.vector_math for c in codes) else []
-    libs += ["-ldl", "-lpthread"] if cl_mods else []
     _run([cc, *flags, "-shared", str(out["o"]), "-o", str(out["so"]), *libs, "-lm"], out["c"])
     ar = shutil.which("ar") or shutil.which("gcc-ar")
     if ar is None:
@@ -144,8 +168,6 @@ def export_library(modules, path, cc: str | None = None) -> dict[str, Path]:
         out["a"].unlink()
     _run([ar, "rcs", str(out["a"]), str(out["o"])], out["c"])
     out["o"].unlink()
-    del out["o"]
-    return out
 
 
 def _run(cmd: list[str], src: Path) -> None:

@@ -132,10 +132,14 @@ def _program(src: str, device, name: str):
     try:
         prg = cl.Program(context(device)[0], src).build()
     except cl.Error as e:
-        path = cache_dir() / f"{name}-{digest[:16]}.cl"
-        path.write_text(src)
-        raise BuildError(f"the OpenCL compiler of {device.name.strip()} failed on {path}:\n{e}",
-                         str(path), str(e)) from None
+        path = cache_dir() / f"{name[:64]}-{digest[:16]}.cl"
+        try:
+            path.write_text(src)
+        except OSError:
+            path = None
+        where = path or "the program (the build cache is not writable to keep it)"
+        raise BuildError(f"the OpenCL compiler of {device.name.strip()} failed on {where}:\n{e}",
+                         str(path) if path else None, str(e)) from None
     with _lock:
         _programs[key] = prg
     return prg

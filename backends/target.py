@@ -1,6 +1,7 @@
 """Target strings: ``"c"``, ``"c -cc=clang -threads=2"``, ``"opencl -device=cpu"``."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -11,6 +12,17 @@ _KNOWN = {
     "c": {"cc", "threads", "sanitize", "fast-math", "O", "march", "bounds-check"},
     "opencl": {"device", "platform"},
 }
+# options that take a value, with the values they accept (None: any non-empty text)
+_VALUES = {
+    "cc": (None, "a compiler such as -cc=clang"),
+    "threads": (re.compile(r"[1-9][0-9]*"), "a positive integer such as -threads=2"),
+    "O": (re.compile(r"[0-3sgz]|fast"), "an optimisation level such as -O=2"),
+    "march": (re.compile(r"[A-Za-z0-9_.+-]+"), "a CPU such as -march=native"),
+    "sanitize": (re.compile(r"[a-z-]+(,[a-z-]+)*"), "sanitizers such as -sanitize=address"),
+    "device": (None, "a device type such as -device=cpu"),
+    "platform": (None, "a platform name such as -platform=pocl"),
+}
+_BARE_OK = {"sanitize", "fast-math", "bounds-check"}
 
 
 @dataclass(frozen=True)
@@ -26,6 +38,12 @@ class Target:
     def __hash__(self):
         return hash(str(self))
 
+    def __post_init__(self):
+        if self.kind not in _KNOWN:
+            raise BuildError(f"unknown target '{self.kind}'; use 'c' or 'opencl'")
+        for key, val in self.options.items():
+            _check_option(self.kind, key, val, f"Target({self.kind!r}, {self.options!r})")
+
     @staticmethod
     def parse(text) -> Target:
         """Parse a target string; unknown kinds or options raise BuildError naming them."""
@@ -33,6 +51,10 @@ class Target:
             return text
         if text is None:
             text = "c"
+        bad = sorted({ch for ch in str(text) if not ch.isprintable() and not ch.isspace()})
+        if bad:
+            raise BuildError(f"target({text!r}): a target holds no control characters; got "
+                             f"{bad}; write it as plain text such as 'c -cc=clang'")
         parts = str(text).split()
         if not parts:
             parts = ["c"]
@@ -48,12 +70,7 @@ class Target:
                 raise BuildError(f"target {text!r}: unknown option '-{key}' for '{kind}'; "
                                  f"known: {', '.join('-' + k for k in sorted(_KNOWN[kind]))}")
             opts[key] = val if val else True
-        if "threads" in opts:
-            try:
-                if int(opts["threads"]) < 1:
-                    raise ValueError
-            except ValueError:
-                raise BuildError(f"target {text!r}: -threads needs a positive integer") from None
+            _check_option(kind, key, opts[key], f"target({text!r})")
         return Target(kind, opts)
 
     def vector_lanes(self, dtype: str = "float32") -> int:
@@ -72,3 +89,21 @@ class Target:
         return max(1, simd_bytes(self.options.get("cc", "gcc"),
                                  self.options.get("march", "native")) // itemsize)
 
+
+
+def _check_option(kind: str, key: str, val, where: str) -> None:
+    """BuildError unless ``-key=val`` is an option of target ``kind`` with a valid value."""
+    if key not in _KNOWN[kind]:
+        raise BuildError(f"{where}: unknown option '-{key}' for '{kind}'; known: "
+                         f"{', '.join('-' + k for k in sorted(_KNOWN[kind]))}")
+    if val is True and key in _BARE_OK:
+        return
+    text = "" if val is True else str(val)
+    if key not in _VALUES:
+        raise BuildError(f"{where}: option -{key} takes no value; got -{key}={text}; write "
+                         f"-{key} alone")
+    pattern, example = _VALUES[key]
+    what, good = example.split(" such as ")
+    if not text or (pattern is not None and not pattern.fullmatch(text)):
+        got = f"-{key}={text}" if text else f"-{key} without a value"
+        raise BuildError(f"{where}: option -{key} needs {what}; got {got}; write e.g. {good}")

@@ -58,6 +58,19 @@ def _mm_arrays():
     ("c threads=2", r"option 'threads=2' must look like -name=value"),
     ("c -threads=0", r"-threads needs a positive integer"),
     ("c -threads=two", r"-threads needs a positive integer"),
+    ("c -threads=", r"target\('c -threads='\): option -threads needs a positive integer; got "
+     r"-threads without a value; write e.g. -threads=2"),
+    ("c -cc=", r"target\('c -cc='\): option -cc needs a compiler; got -cc without a value; "
+     r"write e.g. -cc=clang"),
+    ("c -cc", r"target\('c -cc'\): option -cc needs a compiler; got -cc without a value"),
+    ("c -O=9", r"option -O needs an optimisation level; got -O=9; write e.g. -O=2"),
+    ("c -march=x86-64;ls", r"option -march needs a CPU; got -march=x86-64;ls"),
+    ("c -fast-math=yes", r"option -fast-math takes no value; got -fast-math=yes; write "
+     r"-fast-math alone"),
+    ("c -cc=gcc\0", r"target\('c -cc=gcc\\x00'\): a target holds no control characters; "
+     r"got \['\\x00'\]; write it as plain text"),
+    ("c -march=native\0 -O=2", r"a target holds no control characters"),
+    ("opencl -device=", r"option -device needs a device type; got -device without a value"),
 ])
 def test_bad_target(mm, target, msg):
     f, s, args = mm
