@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 
 from ..errors import LangError
 from . import dtype as dt
+from .bounds import check_reads
 from .expr import Const, Expr, IterKind, IterVar, Load, Reduce, Var, as_expr
 from .visitor import ExprVisitor, collect_loads, collect_vars
 
@@ -91,27 +92,39 @@ class ComputeOp(Operation):
 
 
 def _norm_shape(shape, what: str) -> tuple:
-    if isinstance(shape, (int, Expr)):
+    if isinstance(shape, (int, Expr)) or dt.as_size(shape) is not None:
         shape = (shape,)
     if not isinstance(shape, Sequence):
         raise LangError(f"{what}: shape must be a tuple of ints or lt.var sizes; got {shape!r}")
     out = []
     for s in shape:
-        if isinstance(s, bool) or not isinstance(s, (int, Expr)):
-            raise LangError(f"{what}: shape entry {s!r} is not an int or an integer expression")
-        if isinstance(s, int):
-            if s <= 0:
-                raise LangError(f"{what}: shape entry {s} must be positive")
-            out.append(s)
-        else:
+        n = dt.as_size(s)
+        if n is None and isinstance(s, Const) and dt.is_int(s.dtype):
+            n = int(s.value)
+        if n is not None:
+            out.append(_check_extent(n, f"{what}: shape entry {n}"))
+        elif isinstance(s, Expr):
             if not dt.is_int(s.dtype):
                 raise LangError(f"{what}: shape entry {s} has dtype {s.dtype}; sizes are integers")
-            out.append(s.value if isinstance(s, Const) else s)
+            out.append(s)
+        else:
+            raise LangError(f"{what}: shape entry {s!r} is not an int or an integer expression")
     return tuple(out)
 
 
+def _check_extent(n: int, what: str) -> int:
+    if n <= 0:
+        raise LangError(f"{what} must be positive")
+    if n > dt.MAX_EXTENT:
+        raise LangError(f"{what} is too large: loop variables and extents are 32-bit, so a "
+                        f"dimension must be at most 2**31 - 1 = {dt.MAX_EXTENT}; split the "
+                        "data into several tensors")
+    return n
+
+
 def placeholder(shape, dtype="float32", name: str = "placeholder") -> Tensor:
-    """An input tensor of ``shape`` (ints or ``lt.var`` sizes) and ``dtype``."""
+    """An input tensor of ``shape`` (ints, numpy integers or ``lt.var`` sizes; each dimension
+    at most 2**31 - 1) and ``dtype``."""
     op = PlaceholderOp()
     op.name, op.tag = name, ""
     t = Tensor(_norm_shape(shape, f"placeholder '{name}'"), dt.canonical(dtype), name, op)
@@ -129,14 +142,23 @@ def var(name: str = "n", dtype="int32") -> Var:
 
 def reduce_axis(dom, name: str = "k") -> IterVar:
     """A reduction axis over ``range(dom)`` or ``range(lo, hi)`` when ``dom`` is a pair."""
+    def size(x) -> Expr:
+        n = dt.as_size(x)
+        return as_expr(x) if n is None else Const(n, "int32" if abs(n) <= dt.MAX_EXTENT
+                                                  else "int64")
     if isinstance(dom, Sequence) and len(dom) == 2:
-        lo, hi = as_expr(dom[0]), as_expr(dom[1])
+        lo, hi = size(dom[0]), size(dom[1])
         from .simplify import simplify
         ext = simplify(hi - lo)
     else:
-        lo, ext = Const(0, "int32"), as_expr(dom)
+        lo, ext = Const(0, "int32"), size(dom)
     if not dt.is_int(ext.dtype) or isinstance(ext, Const) and ext.value <= 0:
         raise LangError(f"reduce_axis '{name}': the extent {ext} must be a positive integer")
+    if isinstance(ext, Const):
+        _check_extent(int(ext.value), f"reduce_axis '{name}': the extent {ext.value}")
+    if isinstance(lo, Const) and abs(int(lo.value)) > dt.MAX_EXTENT:
+        raise LangError(f"reduce_axis '{name}': the start {lo.value} does not fit a 32-bit "
+                        "loop variable")
     return IterVar(Var(name), lo, ext, IterKind.REDUCE)
 
 
@@ -155,7 +177,18 @@ def _param_names(fcompute: Callable, ndim: int, name: str) -> list[str]:
 
 
 def compute(shape, fcompute: Callable, name: str = "compute", tag: str = "") -> Tensor:
-    """A tensor whose element at each index of ``shape`` is ``fcompute(*index)``."""
+    """A tensor whose element at each index of ``shape`` is ``fcompute(*index)``.
+
+    ``shape`` holds ints (numpy integers too, each at most 2**31 - 1) or ``lt.var`` sizes.
+
+    Reads are checked here: an index whose range over the compute's domain is known exactly
+    (affine in the axes, e.g. ``A[i + 1]`` or ``A[2*i, k - 1]``) and leaves the tensor raises
+    ``LangError`` naming the tensor, the index and its range. Guards count: only the taken
+    side of ``lt.if_then_else`` reads, so padding such as ``lt.if_then_else(i >= 1, A[i - 1],
+    0)`` is accepted. Not checked: data-dependent indices (gathers such as ``A[I[i]]``) and
+    reads under guards that are not per-axis bounds (``i + j < n``); build with the target
+    option ``-bounds-check`` to check those at run time. See :mod:`looptune.lang.bounds`.
+    """
     shp = _norm_shape(shape, f"compute '{name}'")
     names = _param_names(fcompute, len(shp), name)
     axis = tuple(IterVar(Var(n), Const(0, "int32"), as_expr(s), IterKind.SPATIAL)
@@ -169,6 +202,7 @@ def compute(shape, fcompute: Callable, name: str = "compute", tag: str = "") -> 
     except LangError as e:
         raise LangError(f"compute '{name}': {e}") from None
     _check_body(name, body, axis, shp)
+    check_reads(name, body, axis)
     return make_compute(name, axis, body, tag)
 
 
