@@ -88,6 +88,19 @@ def weak_scalar_dtype(value, other: str) -> str:
                         f"cast the other operand with .astype(...) first") from None
 
 
+MAX_EXTENT = 2**31 - 1   # loop variables and extents are 32-bit integers
+
+
+def as_size(value) -> int | None:
+    """``value`` as a Python int when it is an integer (``int`` or a numpy integer such as
+    ``np.int64(4)``, not a bool), else None: sizes and factors accept both alike."""
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    return None
+
+
 def min_value(dtype: str):
     if is_float(dtype):
         return float("-inf")

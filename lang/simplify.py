@@ -131,15 +131,22 @@ _NP_CALL = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "sin": np.sin, "cos":
             "trunc": np.trunc, "fabs": np.fabs, "log2": np.log2, "log1p": np.log1p}
 
 
+_PY_INDEX = {
+    BinKind.ADD: lambda x, y: x + y, BinKind.SUB: lambda x, y: x - y,
+    BinKind.MUL: lambda x, y: x * y, BinKind.FLOORDIV: lambda x, y: x // y,
+    BinKind.FLOORMOD: lambda x, y: x % y, BinKind.MIN: min, BinKind.MAX: max,
+    BinKind.EQ: lambda x, y: x == y, BinKind.NE: lambda x, y: x != y,
+    BinKind.LT: lambda x, y: x < y, BinKind.LE: lambda x, y: x <= y,
+}
+
+
 def _fold(op: BinKind, a: Const, b: Const) -> Expr | None:
     if op in (BinKind.FLOORDIV, BinKind.FLOORMOD) and not dt.is_float(a.dtype) and b.value == 0:
         return None  # leave it to fail at run time as the user wrote it
-    if dt.is_int(a.dtype) and a.dtype in _INDEX and op not in (BinKind.DIV,):
-        x, y = a.value, b.value
-        py = {BinKind.ADD: x + y, BinKind.SUB: x - y, BinKind.MUL: x * y} if op in (
-            BinKind.ADD, BinKind.SUB, BinKind.MUL) else None
-        if py is not None:
-            return Const(py[op], a.dtype)
+    if dt.is_int(a.dtype) and a.dtype in _INDEX and op in _PY_INDEX:
+        # index arithmetic in Python ints: no overflow on the way (N + f - 1 of a split)
+        r = _PY_INDEX[op](int(a.value), int(b.value))
+        return Const(r, "bool" if op.is_compare else a.dtype)
     with np.errstate(all="ignore"):
         r = _NP_BIN[op](np.array(a.value, a.dtype), np.array(b.value, b.dtype))
     return Const(r.item(), "bool" if op.is_compare or op.is_logical else a.dtype)

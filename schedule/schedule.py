@@ -62,6 +62,10 @@ class Schedule:
         return st
 
     def __getitem__(self, t) -> Stage:
+        """The stage of tensor ``t`` (or of the operation ``t``); ``s['C']`` finds it by the
+        tensor's name, which must name one stage (else index by the tensor)."""
+        if isinstance(t, str):
+            return self._by_name(t)
         t = t if isinstance(t, Tensor) else getattr(t, "output", t)
         st = self._stage_of.get(id(t))
         if st is not None:
@@ -73,6 +77,22 @@ class Schedule:
                                 "loops to schedule")
         raise ScheduleError(f"s[{name}]: tensor '{name}' is not computed by this schedule; "
                             f"its stages are {[s.name for s in self.stages]}")
+
+    def _by_name(self, name: str) -> Stage:
+        found = [st for st in self.stages if st.tensor.name == name]
+        if len(found) > 1:
+            names = ", ".join(f"'{st.name}'" for st in found)
+            raise ScheduleError(f"s['{name}']: the name is ambiguous: {len(found)} stages "
+                                f"compute a tensor called '{name}' ({names}); index by the "
+                                f"tensor instead, s[{name}], or give the computes distinct "
+                                "names")
+        if found:
+            return found[0]
+        by_stage = [st for st in self.stages if st.name == name]
+        if by_stage:
+            return by_stage[0]
+        raise ScheduleError(f"s['{name}']: no stage computes a tensor called '{name}'; stages "
+                            f"are {[st.name for st in self.stages]}")
 
     def stage(self, name: str) -> Stage:
         for st in self.stages:

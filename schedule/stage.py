@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import ScheduleError
+from ..lang.dtype import MAX_EXTENT, as_size
 from ..lang.expr import Const, Expr, IterKind, IterVar, Var
 from ..lang.simplify import simplify
 from .steps import Step
@@ -46,12 +47,26 @@ class Fuse:
     fused: IterVar
 
 
+def _split_extents(extent: Expr, factor: int | None, nparts: int | None) -> tuple[Expr, Expr]:
+    """(outer, inner) extents of a split; constant extents are computed in Python ints (no
+    32-bit overflow on the way: ``N + factor - 1`` may exceed 2**31 - 1 when N does not)."""
+    if isinstance(extent, Const):
+        n = int(extent.value)
+        if factor is not None:
+            return Const(-(-n // factor), "int32"), Const(factor, "int32")
+        return Const(nparts, "int32"), Const(-(-n // nparts), "int32")
+    if factor is not None:
+        return (extent + (factor - 1)) // factor, Const(factor, "int32")
+    return Const(nparts, "int32"), (extent + (nparts - 1)) // nparts
+
+
 def _new_loop(name: str, extent: Expr, kind: IterKind) -> IterVar:
     return IterVar(Var(name), Const(0, "int32"), simplify(extent), kind)
 
 
 class Stage:
-    """The schedule of one compute: ``s[T]``. Loops are IterVars; the order is ``leaf_iter_vars``."""
+    """The schedule of one compute: ``s[T]``. Loops are IterVars; their order is
+    ``leaf_iter_vars``."""
 
     def __init__(self, op, schedule: Schedule, name: str):
         self.op = op
@@ -130,17 +145,19 @@ class Stage:
         p = self._leaf(prim, parent)
         if (factor is None) == (nparts is None):
             raise self._err(prim, "give exactly one of factor= or nparts=")
-        val = factor if factor is not None else nparts
-        if isinstance(val, bool) or not isinstance(val, int) or val < 1:
-            what = "factor" if factor is not None else "nparts"
-            raise self._err(prim, f"{what} must be a positive int; got {val!r}")
+        what = "factor" if factor is not None else "nparts"
+        raw = factor if factor is not None else nparts
+        val = as_size(raw)
+        if val is None or val < 1:
+            raise self._err(prim, f"{what} must be a positive int; got {raw!r}")
+        if val > MAX_EXTENT:
+            raise self._err(prim, f"{what} {val} does not fit a 32-bit loop extent (at most "
+                            f"2**31 - 1 = {MAX_EXTENT}); use a smaller {what}")
         if p in self.annotations:
             raise self._err(prim, f"loop '{p.name}' is already annotated "
                             f"{self.annotations[p][0].value}; split before annotating")
-        if factor is not None:
-            oext, iext = (p.extent + (factor - 1)) // factor, Const(factor, "int32")
-        else:
-            oext, iext = Const(nparts, "int32"), (p.extent + (nparts - 1)) // nparts
+        factor, nparts = (val, None) if factor is not None else (None, val)
+        oext, iext = _split_extents(p.extent, factor, nparts)
         outer = _new_loop(self._unique(p.name + ".outer"), oext, p.kind)
         self.all_iter_vars.append(outer)
         inner = _new_loop(self._unique(p.name + ".inner"), iext, p.kind)
@@ -189,6 +206,14 @@ class Stage:
             if v in self.annotations:
                 raise self._err(prim, f"loop '{v.name}' is already annotated "
                                 f"{self.annotations[v][0].value}; fuse before annotating")
+        total = 1
+        for v in vs:
+            total = total * v.extent.value if isinstance(v.extent, Const) and \
+                total is not None else None
+        if total is not None and total > MAX_EXTENT:
+            raise self._err(prim, f"the fused loop would run {total} iterations, more than a "
+                            f"32-bit loop variable counts (2**31 - 1 = {MAX_EXTENT}); fuse "
+                            "fewer loops, or split them first and fuse the parts")
         fused = vs[0]
         for v in vs[1:]:
             f = _new_loop(self._unique(f"{fused.name}.{v.name}.fused"), fused.extent * v.extent,

@@ -18,7 +18,8 @@ e.g. 5000 for a long run) and ``LOOPTUNE_FUZZ_BASE`` the base seed. The default 
 fixed, so CI runs the same 300 cases every time (a random failure must not block an unrelated
 change); those cases no longer find anything, so look for new bugs on fresh seeds:
 
-    LOOPTUNE_FUZZ_BASE=random LOOPTUNE_FUZZ_CASES=2000 python -m pytest tests/schedule/test_fuzz.py -q
+    LOOPTUNE_FUZZ_BASE=random LOOPTUNE_FUZZ_CASES=2000 \
+        python -m pytest tests/schedule/test_fuzz.py -q
 
 ``random`` draws a new base (printed first, with the command that reruns the same batch, and
 again in the summary line). Replay one failing case with ``python tests/schedule/fuzz_gen.py
