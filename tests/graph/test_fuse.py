@@ -284,3 +284,20 @@ def test_random_graphs_partition_every_node_once_in_execution_order(seed):
 def test_random_graphs_fused_run_equals_reference(seed):
     rng = np.random.default_rng(100 + seed)
     _check_numerics(fusion_ops.random_graph(rng, 8), rng)
+
+
+def test_library_ops_compile_time_constants_stay_out_of_the_dag(rng):
+    g = Graph("lib")
+    x = g.input("x", (2, 3, 5))
+    t = g.op("Transpose", x, perm=[0, 2, 1], name="t")
+    s = g.op("ReduceSum", g.op("Exp", t, name="e"), np.array([1], "int64"), keepdims=0,
+             name="s")
+    c = g.op("Constant", value=np.arange(3, dtype="float32"), name="c")
+    g.output(g.op("Add", g.op("Identity", s, name="i"), c, name="a"))
+    groups = lt.graph.fuse(g)
+    assert _names(groups) == [["t", "e", "s"], ["c", "i", "a"]]
+    axes = groups[0].inputs[1]
+    assert g.is_const(axes) and groups[0].inputs == ("x", axes)
+    assert lower_group(groups[0]).inputs == ("x",)          # the axes are read at compile time
+    assert lower_group(groups[1]).inputs == ("s",)          # the Constant is computed inside
+    _check_numerics(g, rng)
