@@ -20,8 +20,10 @@ shapes, dtypes) share one task and one kernel. A kernel's schedule is, in order 
    fused and parallel), and failing that the plain loop nest.
 
 A group whose operator has no tensor-expression compute runs its numpy reference ("host"
-step). With ``target="opencl"`` each group is built for OpenCL where the OpenCL sketch and
-code generator take it; any other group is built for C, with one logged note per group.
+step); a group whose values nobody reads (dead code, with ``optimize=False``) gets no step.
+With ``target="opencl"`` each group is built for OpenCL (log, then fallback schedule of the
+OpenCL sketch) where the sketch and code generator take it; any other group is built for C,
+with one logged warning per group.
 
 The interface the whole-model tuner and the exporter build on (``model`` is a
 :class:`~looptune.graph.model.Model`):
@@ -32,12 +34,15 @@ The interface the whole-model tuner and the exporter build on (``model`` is a
   ``dag`` (the first group's :class:`~looptune.graph.fusion.GroupDAG`: ``dag.tensors`` are the
   parameters in order), ``group``/``groups`` (the first / every group it runs), ``schedule``
   (which rule above chose its schedule: "log", "fallback", "default" or "plain"), ``target``.
-- ``model.steps``: the execution sequence, one :class:`Step` per group: ``kernel`` (an index
-  into ``model.kernels``, None for a host step), ``inputs`` and ``outputs`` (graph value names
-  bound to the kernel's parameters, in order: ``step.args``).
+- ``model.steps``: the execution sequence, one :class:`Step` per group: ``group``,
+  ``kernel`` (an index into ``model.kernels``, None for a host step), ``inputs`` and
+  ``outputs`` (graph value names bound to the kernel's parameters, in order: ``step.args``;
+  a value may appear in the inputs of several steps, each output is written by one step).
 - ``model.plan``: the :class:`~looptune.graph.memory.MemoryPlan`: ``plan.offsets[value] =
-  (offset, nbytes)`` in the arena for every intermediate, ``plan.arena_bytes``; graph inputs,
-  weights and graph outputs are not in the arena.
+  (offset, nbytes)`` in the arena for every intermediate, ``plan.arena_bytes``,
+  ``plan.inplace`` (``(step, input, output)``: an elementwise C kernel whose output shares its
+  dying input's bytes: its arguments alias); graph inputs, weights and graph outputs are not
+  in the arena (a graph output that is also a graph input, a weight or repeated is a copy).
 - ``model.weights``: ``{name: numpy array}``, the constants the steps read.
 - ``model.graph``: the graph that was fused (after ``optimize``); ``model.source_graph``: the
   graph given to ``compile`` (its inputs and outputs are the model's).
@@ -137,13 +142,18 @@ def _records(log_src):
 
 def build_kernels(groups: list[Group], target: Target, records=None
                   ) -> tuple[list[Kernel], list[Step]]:
-    """One kernel per distinct group DAG (by its auto_task digest) and one step per group."""
+    """One kernel per distinct group DAG (by its auto_task digest) and one step per group
+    (none for a group whose values nobody reads: dead code when the passes did not run)."""
     from ..search.auto import dag_digest
     kernels: list[Kernel] = []
     by_digest: dict[str, int] = {}
     steps = []
     names: set[str] = set()
     for grp in groups:
+        if not grp.outputs:
+            log.info("group %d (%s) computes nothing that is read: skipped", grp.index,
+                     grp.name)
+            continue
         if any(get_op(n.op_type).compute is None for n in grp.nodes):
             log.info("group %d (%s) runs on numpy: %s has no compute", grp.index, grp.name,
                      grp.master.label)

@@ -232,3 +232,13 @@ def test_memory_report_has_the_documented_keys():
     assert rep["naive_bytes"] == 4 * 7 * 7 * 4 and set(rep["values"]) == {"act"}
     assert rep["values"]["act"] == {"offset": 0, "bytes": 784, "start": 0, "end": 1,
                                     "buffer": 0}
+
+
+def test_dead_nodes_get_no_step(rng):
+    g = Graph("dead")
+    x = g.input("x", (3, 4))
+    g.op("Exp", x, name="unused")
+    g.output(g.op("Neg", x, name="n"))
+    model = lt.graph.compile(g, optimize=False)
+    assert len(model.groups) == 2 and [st.group.name for st in model.steps] == ["fused_neg"]
+    _check(model, g, rng)
