@@ -73,7 +73,11 @@ def make_groups(graph: Graph, patterns: list[OpPattern], owner: list[int]) -> li
     deps = {r: {node_group[i] for k in ks for i in graph.nodes[k].inputs
                 if i in node_group and node_group[i] != r} for r, ks in members.items()}
     order = _topological(members, deps)
-    return [_group(graph, patterns, members[r], k) for k, r in enumerate(order)]
+    readers: dict[str, set[int]] = {}
+    for k, node in enumerate(graph.nodes):
+        for i in node.inputs:
+            readers.setdefault(i, set()).add(k)
+    return [_group(graph, patterns, members[r], k, readers) for k, r in enumerate(order)]
 
 
 def _topological(members: dict[int, list[int]], deps: dict[int, set[int]]) -> list[int]:
@@ -90,7 +94,8 @@ def _topological(members: dict[int, list[int]], deps: dict[int, set[int]]) -> li
     return order
 
 
-def _group(graph: Graph, patterns: list[OpPattern], ks: list[int], index: int) -> Group:
+def _group(graph: Graph, patterns: list[OpPattern], ks: list[int], index: int,
+           readers: dict[str, set[int]]) -> Group:
     nodes = tuple(graph.nodes[k] for k in ks)
     pats = tuple(patterns[k] for k in ks)
     made = {o for n in nodes for o in n.outputs if o}
@@ -99,9 +104,9 @@ def _group(graph: Graph, patterns: list[OpPattern], ks: list[int], index: int) -
         for i in n.inputs:
             if i and i not in made and i not in inputs:
                 inputs.append(i)
-    inside = {id(n) for n in nodes}
+    inside = set(ks)
     outputs = [o for n in nodes for o in n.outputs if o and (
-        o in graph.outputs or any(id(c) not in inside for c in graph.consumers(o)))]
+        o in graph.outputs or readers.get(o, set()) - inside)]
     top = max(pats)
     anchor = [n for n, p in zip(nodes, pats) if p == OpPattern.OUT_ELEMWISE_FUSABLE]
     master = anchor[0] if anchor else [n for n, p in zip(nodes, pats) if p == top][-1]
