@@ -14,6 +14,7 @@ not arguments; other constants are) and compares the kernel with the reference.
 """
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Sequence
 
 import numpy as np
@@ -23,6 +24,9 @@ from looptune.graph import Graph
 from looptune.graph.registry import call_of, get_op
 
 ALIVE: list = []      # built modules stay loaded for the session (see tests/util.py)
+# whether ONNX Runtime can judge: tests that also check other things compare with it only
+# when it is installed (tests that only compare with it importorskip it)
+HAVE_ORT = all(importlib.util.find_spec(m) is not None for m in ("onnx", "onnxruntime"))
 
 
 def rand(rng: np.random.Generator, shape, dtype="float32", lo=-1.0, hi=1.0) -> np.ndarray:
