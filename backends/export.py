@@ -64,8 +64,9 @@ def _header(mods, codes, guard: str, runtime) -> str:
         lines.append("")
     if runtime is not None:
         lines += ["/* Why this thread's last OpenCL function call returned non-zero. The OpenCL",
-                  " * loader is opened at the first call: libOpenCL.so.1, or the path in",
-                  " * $LOOPTUNE_OPENCL_LIBRARY. Link the static library with -ldl -lpthread. */",
+                  " * loader is opened at the first call: pyopencl's (as at export), else",
+                  " * libOpenCL.so.1; $LOOPTUNE_OPENCL_LIBRARY names another one. Link the",
+                  " * static library with -ldl -lpthread. */",
                   runtime.declaration, ""]
     lines += ["#ifdef __cplusplus", "}", "#endif", "", f"#endif /* {guard} */", ""]
     return "\n".join(lines)

@@ -5,8 +5,9 @@ would have (``int name(const float *A, ..., float *C [, int64_t n...])``) that d
 :class:`~looptune.backends.opencl.CLModule` does from Python: copy the inputs to device
 buffers, launch the kernels in order with the same global and local sizes, and copy the
 outputs back. :func:`runtime_source` is the part every such function shares (once per
-library): it loads the OpenCL ICD loader with ``dlopen`` at the first call (no OpenCL headers
-or ``-lOpenCL`` needed to build or link; ``$LOOPTUNE_OPENCL_LIBRARY`` names another loader),
+library): it loads an OpenCL ICD loader with ``dlopen`` at the first call (no OpenCL headers
+or ``-lOpenCL`` needed to build or link; :mod:`.opencl_loader` says which: the platforms
+pyopencl finds, ``$LOOPTUNE_OPENCL_LIBRARY`` names another loader),
 picks the device the module was built for (its target's ``-device`` and ``-platform``; GPUs
 first otherwise; the first device that compiles a trivial kernel, as the Python runtime does)
 and keeps one context and queue. Each function builds its program once (``pthread_once``);
@@ -22,6 +23,7 @@ from ..lang import dtype as dt
 from ..lang.simplify import simplify
 from ..lang.tensor import PlaceholderOp
 from .c_codegen import CCodegen, CSource, _dim, _factors
+from .opencl_loader import LOADER_C, loader_defines
 from .sanitize import c_string
 
 _DEVICE_MASKS = {"cpu": "(1u << 1)", "gpu": "(1u << 2)", "accelerator": "(1u << 3)"}
@@ -130,29 +132,9 @@ static int lt_cl_try_device(lt_cl_h dev) {
   return 1;
 }
 
+/* LT_CL_LOADER */
 static void lt_cl_setup(void) {
-  const char *path = getenv("LOOPTUNE_OPENCL_LIBRARY");
-  const char *names[] = {path, "libOpenCL.so.1", "libOpenCL.so"};
-  for (int i = path ? 0 : 1; i < (path ? 1 : 3) && !lt_cl.lib; ++i)
-    lt_cl.lib = dlopen(names[i], RTLD_NOW);
-  if (!lt_cl.lib) {
-    lt_cl_why("cannot load the OpenCL loader %s (%s); install an OpenCL ICD loader and driver, "
-              "or set LOOPTUNE_OPENCL_LIBRARY to the path of libOpenCL.so",
-              path ? path : "libOpenCL.so.1", dlerror());
-    return;
-  }
-#define LT_CL_SYM(name)                                                          \
-  if (!(*(void **)&lt_cl.name = dlsym(lt_cl.lib, "cl" #name))) {                \
-    lt_cl_why("the OpenCL loader has no cl" #name);                             \
-    return;                                                                      \
-  }
-  LT_CL_SYM(GetPlatformIDs) LT_CL_SYM(GetPlatformInfo) LT_CL_SYM(GetDeviceIDs)
-  LT_CL_SYM(GetDeviceInfo) LT_CL_SYM(CreateContext) LT_CL_SYM(CreateCommandQueue)
-  LT_CL_SYM(CreateProgramWithSource) LT_CL_SYM(BuildProgram) LT_CL_SYM(GetProgramBuildInfo)
-  LT_CL_SYM(CreateKernel) LT_CL_SYM(CreateBuffer) LT_CL_SYM(SetKernelArg)
-  LT_CL_SYM(EnqueueNDRangeKernel) LT_CL_SYM(EnqueueReadBuffer) LT_CL_SYM(ReleaseMemObject)
-  LT_CL_SYM(ReleaseProgram) LT_CL_SYM(ReleaseContext) LT_CL_SYM(Finish)
-#undef LT_CL_SYM
+  if (!lt_cl_find_loader()) return;
   lt_cl_h platforms[16];
   lt_cl_uint np = 0;
   if (lt_cl.GetPlatformIDs(16, platforms, &np) != 0) np = 0;
@@ -245,7 +227,8 @@ def runtime_source(prefix: str, target) -> CSource:
     plat = "" if platform in (None, True) else str(platform)
     text = (f"#define LT_CL_DEVICE_MASK {first}\n"
             f"#define LT_CL_DEVICE_ANY {1 if device is None else 0}\n"
-            f"#define LT_CL_PLATFORM {c_string(plat)}\n" + _RUNTIME +
+            f"#define LT_CL_PLATFORM {c_string(plat)}\n" + loader_defines() +
+            _RUNTIME.replace("/* LT_CL_LOADER */", LOADER_C) +
             f"const char *{prefix}_opencl_error(void) {{ return lt_cl_msg; }}\n")
     return CSource(text, f"const char *{prefix}_opencl_error(void);", frozenset(), False)
 

@@ -262,8 +262,13 @@ int main(void) {
   int rc = %(fn)s(a, x, y, %(n)d);
   if (rc != 0) { printf("rc %%d\n", rc); return 1; }
   for (int i = 0; i < %(n)d; ++i) printf("%%.9g\n", y[i]);
-  return 0;
+%(cl)s  return 0;
 }
+"""
+MAIN_CL = r"""  for (int i = 0; i < %(n)d; ++i) y[i] = -1.0f;
+  rc = %(fn)s_cl(a, x, y, %(n)d);
+  if (rc != 0) { printf("rc %%d %%s\n", rc, libnames_opencl_error()); return 1; }
+  for (int i = 0; i < %(n)d; ++i) printf("%%.9g\n", y[i]);
 """
 
 
@@ -295,14 +300,15 @@ def _check_names(seed: int, tmp_path, opencl: str | None) -> None:
     subprocess.run(["gcc", "-std=gnu11", "-fsyntax-only", "-Werror=format",
                     "-Werror=format-security", str(paths["c"])], check=True)
     main = tmp_path / "main.c"
-    main.write_text(MAIN % {"lib": "libnames", "n": nrows, "fn": fn})
+    fill = {"lib": "libnames", "n": nrows, "fn": fn}
+    main.write_text(MAIN % dict(fill, cl=MAIN_CL % fill if opencl is not None else ""))
     exe = tmp_path / "app"
     subprocess.run(["gcc", "-Wall", "-Werror", "-o", str(exe), str(main), "-I", str(tmp_path),
                     "-L", str(tmp_path), "-lnames", f"-Wl,-rpath,{tmp_path}"], check=True)
     out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, f"{ctx}: {out.stdout}{out.stderr}"
     got = np.array(out.stdout.split(), np.float64)
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=ctx)
+    np.testing.assert_allclose(got, np.tile(want, len(mods)), rtol=1e-5, atol=1e-5, err_msg=ctx)
 
 
 def _device_or_none() -> str | None:

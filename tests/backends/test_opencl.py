@@ -377,20 +377,12 @@ def _fill(n: int, seed: int) -> np.ndarray:
     return ((i * 7 + seed * 13) % 23).astype(np.float32) / np.float32(8.0) - np.float32(1.0)
 
 
-def _loader_env() -> dict:
-    """The environment for a C program to open the OpenCL ICD loader pyopencl runs on: the
-    one its wheel bundles (which finds its drivers through $PYOPENCL_HOME and crashes in
-    clGetPlatformIDs without it), else the system's."""
-    import ctypes.util
-    import glob
-    home = os.path.dirname(cl.__file__)
-    libs = sorted(glob.glob(os.path.join(home, ".libs", "libOpenCL*.so*")))
-    if libs:
-        return dict(os.environ, LOOPTUNE_OPENCL_LIBRARY=libs[0], PYOPENCL_HOME=home)
-    found = ctypes.util.find_library("OpenCL")
-    if found is None:
-        pytest.skip("no OpenCL ICD loader library found for a C program to open")
-    return dict(os.environ, LOOPTUNE_OPENCL_LIBRARY=found)
+def _fresh_env(**extra) -> dict:
+    """This environment without the variables that point a C program to an OpenCL loader
+    (pyopencl's import sets PYOPENCL_HOME): the exported library finds the platform alone."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("LOOPTUNE_OPENCL_LIBRARY", "PYOPENCL_HOME", "OCL_ICD_VENDORS")}
+    return dict(env, **extra)
 
 
 def _mixed_library(target, tmp_path):
@@ -414,11 +406,15 @@ def test_exported_library_runs_opencl_functions_from_c(target, tmp_path):
            "int64_t m);" in header
     assert "const char *libmix_opencl_error(void);" in header
     assert "runs on an OpenCL device" in header
-    out = subprocess.run([str(exe)], capture_output=True, text=True, env=_loader_env(),
+    out = subprocess.run([str(exe)], capture_output=True, text=True, env=_fresh_env(),
                          timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
+    _check_mixed_output(out.stdout)
+
+
+def _check_mixed_output(stdout: str) -> None:
     rows = {line.split()[0]: np.array(line.split()[1:], np.float32)
-            for line in out.stdout.strip().splitlines()}
+            for line in stdout.strip().splitlines()}
     a, b = _fill(33 * 40, 1).reshape(33, 40), _fill(40 * 17, 2).reshape(40, 17)
     np.testing.assert_allclose(rows["mm"].reshape(33, 17), a.astype(np.float64) @ b,
                                rtol=1e-5, atol=1e-5)
@@ -429,12 +425,36 @@ def test_exported_library_runs_opencl_functions_from_c(target, tmp_path):
     np.testing.assert_allclose(rows["softmax_c"].reshape(37, 53), ref, rtol=1e-5, atol=1e-6)
 
 
+def test_exported_library_finds_pyopencls_platform_through_ocl_icd_vendors(target, tmp_path):
+    """Only the wheel's .icd directory in the ICD search (a system PoCL, e.g. Debian's, out of
+    it): its driver, named there without a directory, is found beside the .icd file."""
+    from looptune.backends.opencl_loader import pyopencl_bundle
+    home, loader = pyopencl_bundle()
+    if not loader:
+        pytest.skip("this pyopencl brings no ICD loader and driver of its own")
+    _, exe = _mixed_library(target, tmp_path)
+    for extra in ({}, {"LOOPTUNE_OPENCL_LIBRARY": loader}):
+        env = _fresh_env(OCL_ICD_VENDORS=os.path.join(home, ".libs"), **extra)
+        out = subprocess.run([str(exe)], capture_output=True, text=True, env=env, timeout=120)
+        assert out.returncode == 0, out.stdout + out.stderr
+        _check_mixed_output(out.stdout)
+
+
+def test_exported_library_with_a_library_that_is_no_loader_says_so(target, tmp_path):
+    _, exe = _mixed_library(target, tmp_path)
+    out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60,
+                         env=_fresh_env(LOOPTUNE_OPENCL_LIBRARY="libm.so.6"))
+    assert out.returncode == 1, out.stdout[:300]
+    assert out.stdout.startswith("mm -1 mm: no OpenCL platform: the OpenCL loader libm.so.6 has "
+                                 "no clGetPlatformIDs; install an OpenCL ICD loader and driver")
+
+
 def test_exported_opencl_function_without_a_loader_says_so(target, tmp_path):
     _, exe = _mixed_library(target, tmp_path)
     env = dict(os.environ, LOOPTUNE_OPENCL_LIBRARY=str(tmp_path / "no" / "libOpenCL.so"))
     out = subprocess.run([str(exe)], capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode == 1
-    assert out.stdout.startswith("mm -1 mm: cannot load the OpenCL loader ")
+    assert out.stdout.startswith("mm -1 mm: no OpenCL platform: cannot load the OpenCL loader ")
     assert str(tmp_path / "no" / "libOpenCL.so") in out.stdout
     assert "LOOPTUNE_OPENCL_LIBRARY" in out.stdout
 
