@@ -38,7 +38,8 @@ def _unary(name: str, np_fn, te_fn, kinds=FLOATS, doc: str = "") -> OpDef:
         X = ts[0]
         return [lt.compute(X.shape, lambda *i: te_fn(X[i]), name=te_name(ctx))]
 
-    return register(OpDef(name, OpPattern.ELEMWISE, infer, reference, compute, doc=doc))
+    return register(OpDef(name, OpPattern.ELEMWISE, infer, reference, compute,
+                          doc=doc or f"Elementwise {name} (ONNX semantics)."))
 
 
 def _erf_np(x):
@@ -74,7 +75,8 @@ def _binary(name: str, np_fn, te_fn, kinds=_NUM) -> OpDef:
         return [lt.compute(shape, lambda *i: te_fn(operand(ctx, ts, 0, i),
                                                    operand(ctx, ts, 1, i)), name=te_name(ctx))]
 
-    return register(OpDef(name, broadcast_pattern, infer, reference, compute, inputs=(2, 2)))
+    return register(OpDef(name, broadcast_pattern, infer, reference, compute, inputs=(2, 2),
+                          doc=f"Elementwise {name} of two inputs with numpy broadcasting."))
 
 
 def _div_np(a, b):
@@ -131,7 +133,7 @@ def _unary_attrs(name: str, attrs: dict, np_fn, te_fn, kinds=FLOATS, doc: str = 
         return [lt.compute(X.shape, lambda *i: te_fn(X[i], ctx.attrs), name=te_name(ctx))]
 
     return register(OpDef(name, OpPattern.ELEMWISE, infer, reference, compute, attrs=attrs,
-                          doc=doc))
+                          doc=doc or f"Elementwise {name} (ONNX semantics and defaults)."))
 
 
 def _c(v, x):
@@ -269,7 +271,7 @@ def _broadcast_op(name: str, n_in: tuple[int, int], infer_dtype, np_fn, te_fn,
                            name=te_name(ctx))]
 
     return register(OpDef(name, broadcast_pattern, infer, reference, compute, inputs=n_in,
-                          doc=doc))
+                          doc=doc or f"Elementwise {name} with numpy broadcasting."))
 
 
 def _bool_out(kinds):
