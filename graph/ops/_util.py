@@ -204,12 +204,6 @@ def pad_const(X, begin, end, value, name: str):
     return lt.compute(shape, body, name=name)
 
 
-def copy_of(X, shape, index, name: str):
-    """A compute of ``shape`` reading ``X[index(i)]`` (reshape-like ops: a fused kernel may
-    contain them, so each is a real stage, not an alias)."""
-    return lt.compute(shape, lambda *i: X[tuple(index(i))], name=name)
-
-
 def reshape_index(in_shape, out_shape, i) -> list:
     """The index into a tensor of ``in_shape`` holding element ``i`` of its row-major reshape
     to ``out_shape``. Dimensions of size 1 index 0; the others are matched in groups of equal

@@ -27,10 +27,6 @@ class Window:
     out: tuple[int, ...]
     tail: tuple[int, ...]
 
-    def span(self, d: int) -> int:
-        """The effective kernel extent along spatial axis ``d``."""
-        return (self.kernel[d] - 1) * self.dilations[d] + 1
-
 
 def auto_pad_of(ctx: OpCall) -> str:
     v = ctx.attrs.get("auto_pad", "NOTSET")

@@ -99,6 +99,7 @@ def test_misc_errors(op, inputs, consts, attrs, match):
 
 @pytest.mark.parametrize("attrs, match", [
     ({}, r"give exactly one of value, value_float, .*; got none"),
+    ({"value": ("a", "b")}, r"value has dtype <U1, which is not supported"),
     ({"value_int": 1, "value_float": 1.0}, r"give exactly one of .*; got value_float, value_int"),
 ])
 def test_constant_errors(attrs, match):

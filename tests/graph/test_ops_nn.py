@@ -74,7 +74,7 @@ def test_conv_float16_accumulates_in_float32(rng):
 
 
 @pytest.mark.parametrize("ta, tb, c_shape, alpha, beta", [
-    (0, 0, None, 1.0, 1.0), (1, 0, (4,), 1.0, 1.0), (0, 1, (3, 1), 0.5, 2.0),
+    (0, 0, None, 1.5, 1.0), (1, 0, (4,), 1.0, 1.0), (0, 1, (3, 1), 0.5, 2.0),
     (1, 1, (3, 4), 1.0, 0.0), (0, 0, (), 2.0, -1.0)])
 def test_gemm(rng, ta, tb, c_shape, alpha, beta):
     a = rand(rng, (5, 3) if ta else (3, 5))
@@ -131,6 +131,27 @@ def test_softmax(rng, op, shape, axis):
     want = e / e.sum(axis=axis, keepdims=True)
     check_op(op, [x], expect=[want if op == "Softmax" else np.log(want)], axis=axis,
              rtol=1e-5, atol=1e-6)
+
+
+def test_layernorm_with_an_omitted_middle_output(rng):
+    """Outputs (Y, "", InvStdDev): the compute gives None for the omitted one."""
+    from graph_util import run_node
+
+    from looptune.graph import Graph, Node
+    x, scale = rand(rng, (3, 4)), rand(rng, (4,))
+    node = Node.make("LayerNormalization", ["x", "s"], ["y", "", "inv"], {}, "node")
+    g = Graph.from_parts("ln", [("x", _tt(x))], {"s": scale}, [node], ["y", "inv"])
+    ref = g.run_reference([x])
+    got = run_node(g, {"x": x})
+    assert got[1] is None
+    assert_close(got[0], ref[0], 1e-5, 1e-6)
+    assert_close(got[2], ref[1], 1e-5, 1e-6)
+    assert_close(ref[1], 1 / np.sqrt(x.var(axis=1, keepdims=True) + 1e-5), 1e-5, 1e-6)
+
+
+def _tt(a):
+    from looptune.graph import TensorType
+    return TensorType(a.shape, a.dtype.name)
 
 
 def test_patterns_of_nn_ops():

@@ -35,6 +35,7 @@ def pool_np(x, kernel, strides, pads, kind, count_include_pad=0):
     ((2, 3, 8, 7), [3, 3], [1, 1], [0, 0, 0, 0]),
     ((1, 2, 9, 6), [3, 2], [2, 2], [1, 0, 1, 1]),
     ((1, 2, 11), [4], [3], [2, 1]),
+    ((1, 2, 5, 6), [1, 1], [2, 3], [0, 0, 0, 0]),                   # no reduction left
 ])
 @pytest.mark.parametrize("op, cip", [("MaxPool", 0), ("AveragePool", 0), ("AveragePool", 1)])
 def test_pool(rng, xs, kernel, strides, pads, op, cip):
@@ -49,6 +50,7 @@ def test_pool(rng, xs, kernel, strides, pads, op, cip):
 
 WINDOWS = [
     {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1},
+    {"kernel_shape": [2, 2], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1},
     {"kernel_shape": [2, 3], "strides": [2, 3], "pads": [1, 1, 0, 1], "ceil_mode": 1},
     {"kernel_shape": [3, 3], "strides": [2, 2], "auto_pad": "SAME_UPPER"},
     {"kernel_shape": [2, 2], "auto_pad": "SAME_LOWER"},

@@ -238,6 +238,8 @@ INDEX_ERRORS = [
      r"input 2 \(constant_value\) must be a scalar"),
     ("Pad", [X, np.array([0] * 6), np.zeros((), "float64")], (1,), {},
      r"input 2 \(constant_value\) has dtype float64; input 0 has float32"),
+    ("Pad", [np.zeros((0, 2), "float32"), np.array([1, 0, 0, 0])], (0, 1), {"mode": "edge"},
+     r"mode 'edge' cannot pad the empty axis 0"),
     ("Gather", [X, np.array([0.0])], (), {}, r"indices \(input 1\) must be int32 or int64"),
     ("Gather", [np.zeros((), "float32"), np.array(0)], (), {}, r"cannot gather from a scalar"),
     ("Gather", [X, np.array([[1, -4]])], (1,), {"axis": 1},
