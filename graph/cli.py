@@ -59,7 +59,8 @@ def run(ns: argparse.Namespace) -> int:
     print(g)
     stats = PassStats()
     opt = optimize(g, stats=stats)
-    print(f"\n== after the pipeline: {len(opt.nodes)} nodes (from {len(g.nodes)})")
+    names = ", ".join(r.name for r in stats.records)
+    print(f"\n== after the pipeline ({names}): {len(opt.nodes)} nodes (from {len(g.nodes)})")
     print(opt)
     if ns.passes:
         print(f"\n== passes ({len(stats.records)} runs; nodes before -> after, what each did)")

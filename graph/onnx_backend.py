@@ -23,26 +23,24 @@ from typing import Any
 import numpy as np
 
 from ..errors import GraphError
-from .onnx_import import _check_ops, _check_opset, _onnx, from_onnx, load_model
-from .registry import get_op
+from .ir import Node
+from .onnx_import import (_check_ops, _check_opset, _onnx, compile_time_values, from_onnx,
+                          load_model)
 
 MODES = ("reference", "compile")
 __all__ = ["LooptuneBackend", "LooptuneRep", "MODES", "const_fed_inputs"]
 
 
 def const_fed_inputs(model) -> list[str]:
-    """The graph inputs of ``model`` that some node reads as a compile-time operand."""
+    """The graph inputs of ``model`` whose values some node needs at compile time, directly
+    (a Reshape's shape) or through nodes computing such an operand (Shape/Size excepted)."""
     gp = model.graph
     inits = {t.name for t in gp.initializer}
     ins = [vi.name for vi in gp.input if vi.name not in inits]
-    fed = set()
-    for n in gp.node:
-        if n.domain not in ("", "ai.onnx") or n.op_type == "Constant":
-            continue
-        for k in get_op(n.op_type).const_inputs:
-            if k < len(n.input) and n.input[k] in ins:
-                fed.add(n.input[k])
-    return [i for i in ins if i in fed]
+    nodes = [Node.make(n.op_type, n.input, n.output) for n in gp.node
+             if n.domain in ("", "ai.onnx") and n.op_type != "Constant"]
+    needed = compile_time_values(nodes)
+    return [i for i in ins if i in needed]
 
 
 class _RepImpl:

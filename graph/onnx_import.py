@@ -129,7 +129,7 @@ def _build(name: str, inputs, consts, nodes: list[Node], outputs: list[str]) -> 
     here, once its inputs are constants (Shape and Size: once its input's type is known), and
     its outputs become constants; every other node stays a node (the passes fold the rest)."""
     g = Graph.from_parts(name, inputs, consts, [], [])
-    needed = _compile_time_values(nodes)
+    needed = compile_time_values(nodes)
     for node in nodes:
         for i in node.inputs:
             if i and i not in g.types:
@@ -145,7 +145,7 @@ def _build(name: str, inputs, consts, nodes: list[Node], outputs: list[str]) -> 
     return g
 
 
-def _compile_time_values(nodes: list[Node]) -> set[str]:
+def compile_time_values(nodes: list[Node]) -> set[str]:
     """Values that flow into an operand an operator needs at compile time (``const_inputs``),
     up through the nodes computing them (stopping at Shape/Size, which read types only)."""
     producer = {o: n for n in nodes for o in n.outputs if o}

@@ -40,7 +40,7 @@ def test_prints_graph_pipeline_and_groups(residual_path, capsys):
     out = capsys.readouterr().out
     assert "graph 'residual', 7 nodes, 1 input(s)" in out
     assert "= Conv(%x, %conv1.weight, %conv1.bias" in out            # the graph as imported
-    assert "== after the pipeline:" in out and "== fused groups:" in out
+    assert "== after the pipeline (fold_constants, " in out and "== fused groups:" in out
     assert "fused_conv" in out and "OUT_ELEMWISE_FUSABLE" in out
     assert "== passes" not in out
 
