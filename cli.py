@@ -79,6 +79,9 @@ def cmd_show(ns: argparse.Namespace) -> int:
 
 
 def cmd_bench(ns: argparse.Namespace) -> int:
+    if any(str(f).endswith(".onnx") for f in ns.files):     # a whole model: graph/model_cli.py
+        from .graph.model_cli import cmd_bench_model
+        return cmd_bench_model(ns)
     from .report import bench_table
     ops: list[Operator] = []
     for f in ns.files:
@@ -190,6 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .graph.cli import add_parser as add_graph_parser
     add_graph_parser(sub)
+    from .graph.model_cli import add_parsers as add_model_parsers
+    add_model_parsers(sub, b)                 # looptune compile; bench's ONNX model options
     return p
 
 
