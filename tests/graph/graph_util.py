@@ -61,9 +61,9 @@ def one_node(op_type: str, inputs: Sequence, consts: Sequence[int] = (), outputs
     return g, feed
 
 
-def build_node(g: Graph, node=None):
-    """Build the compute of ``node`` (default: the last) with the default schedule. Returns
-    (function, argument arrays for the node's run-time inputs, output tensors)."""
+def node_tensors(g: Graph, node=None):
+    """The placeholders of ``node``'s run-time inputs (constants the operator reads at compile
+    time excluded), their value names, and the output tensors of its compute."""
     node = node if node is not None else g.nodes[-1]
     ctx = call_of(g, node)
     opdef = get_op(node.op_type)
@@ -77,19 +77,26 @@ def build_node(g: Graph, node=None):
         tensors.append(ph)
         args.append(ph)
         names.append(name)
-    outs = opdef.compute(ctx, tensors)
+    return args, names, opdef.compute(ctx, tensors)
+
+
+def build_node(g: Graph, node=None, schedule=None):
+    """Build the compute of ``node`` (default: the last) with the default schedule, or with
+    ``schedule(args + outputs)`` returning a Schedule. Returns (function, the value names of
+    the arguments, output tensors (None for an omitted output))."""
+    args, names, outs = node_tensors(g, node)
     present = [o for o in outs if o is not None]
-    s = lt.create_schedule(present)
+    s = schedule(args + present) if schedule else lt.create_schedule(present)
     f = lt.build(s, args + present)
     ALIVE.append(f)
     return f, names, outs
 
 
-def run_node(g: Graph, feed: dict, node=None) -> list[np.ndarray | None]:
+def run_node(g: Graph, feed: dict, node=None, schedule=None) -> list[np.ndarray | None]:
     """The compiled node's outputs on ``feed`` (graph inputs by name; constants come from
     the graph); None for outputs the compute leaves out."""
     env = {**g.consts, **feed}
-    f, names, outs = build_node(g, node)
+    f, names, outs = build_node(g, node, schedule)
     arrays = [np.array(env[n], order="C") for n in names]     # 0-d stays 0-d
     results = [np.zeros(tuple(o.shape), o.dtype) if o is not None else None for o in outs]
     for r in results:
