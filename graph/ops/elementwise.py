@@ -1,8 +1,14 @@
-"""Elementwise and broadcasting operators: unary math, binary arithmetic.
+"""Elementwise and broadcasting operators: unary math (with attributes: LeakyRelu, Elu, Gelu,
+...), binary arithmetic, comparisons and logic, Where, Clip, PRelu, Pow, and the variadic
+Max/Min/Sum/Mean.
 
 The shape of an operator definition (every file of graph/ops follows it): an ``infer`` from
 the OpCall to output types, a numpy ``reference`` (the oracle), a ``compute`` in looptune
 tensor expressions, the op pattern, registered once with :func:`register`.
+
+Patterns: unary ops ELEMWISE; ops over several inputs ELEMWISE when every input has the
+output's shape, else BROADCAST (``broadcast_pattern``). A one-element constant operand (the
+2.0 of ``x * 2.0``) is written into the kernel as a constant instead of being read.
 """
 from __future__ import annotations
 
