@@ -78,6 +78,15 @@ EXCLUDED: dict[str, Exclusion] = {
 }
 
 
+# Cases the reference run passes and the compiled run (lt.graph.compile) does not.
+COMPILE_EXCLUDED: dict[str, Exclusion] = {
+    r"test_slice_start_out_of_bounds|test_rotary_embedding(_3d_input|_interleaved|"
+    r"_no_position_ids|_no_position_ids_interleaved)?_expanded": Exclusion(
+        "compiled: an intermediate of size 0 (a Slice or Split that selects nothing) has no "
+        "kernel", r"its compute failed: compute '\w+': shape entry 0 must be positive"),
+}
+
+
 @dataclass
 class OpCount:
     """Conformance of one operator: cases claimed, passed, excluded, failed (name -> why)."""
@@ -115,9 +124,10 @@ def subject(case) -> str:
     return ops[0] if len(set(ops)) == 1 else (ops[0] if ops else "Constant")
 
 
-def exclusion(name: str) -> Exclusion | None:
-    """The exclusion rule of a case, or None."""
-    for pattern, why in EXCLUDED.items():
+def exclusion(name: str, mode: str = "reference") -> Exclusion | None:
+    """The exclusion rule of a case in ``mode`` (compile: those of both dicts), or None."""
+    rules = {**EXCLUDED, **COMPILE_EXCLUDED} if mode == "compile" else EXCLUDED
+    for pattern, why in rules.items():
         if re.fullmatch(pattern, name):
             return why
     return None
@@ -164,7 +174,7 @@ def run_suite(mode: str = "reference", ops: set[str] | None = None) -> dict[str,
     for case in claimed_cases(ops):
         c = counts.setdefault(subject(case), OpCount())
         c.claimed += 1
-        why = exclusion(case.name)
+        why = exclusion(case.name, mode)
         if why is not None:
             c.excluded[case.name] = why.reason
             continue

@@ -1,7 +1,8 @@
 """The test models, built with onnx.helper as exporters write them (weights from a seeded rng).
 
-- ``mlp()``: input normalisation (Sub/Div by constants), Gemm(transB=1) + Relu, inference
-  Dropout, Gemm + Tanh, Identity, MatMul + Add: torch.nn.Linear exports, 64 -> 48 -> 32 -> 10.
+- ``mlp()``: a feature-major input (64 x batch, as column-major frameworks export it)
+  transposed, normalised (Sub/Div by constants), a first layer MatMul(x, Transpose(W)) + Add,
+  Relu, inference Dropout, Gemm(transB=1) + Tanh, Identity, MatMul + Add: 64 -> 48 -> 32 -> 10.
 - ``cnn()``: (Conv-BatchNormalization-Relu-MaxPool) x 3, GlobalAveragePool, Flatten,
   Gemm(transB=1), Softmax.
 - ``residual()``: Conv-BN-Relu, Conv-BN, Add(skip), Relu.
@@ -97,15 +98,20 @@ class _Builder:
 
 def mlp(batch: int = 4) -> onnx.ModelProto:
     b = _Builder(1)
-    x = b.node("Sub", ["x", b.init("mean", np.float32(0.5))], name="/norm/Sub")
+    x = b.node("Transpose", ["x"], name="/in/Transpose", perm=[1, 0])   # feature-major input
+    x = b.node("Sub", [x, b.init("mean", np.float32(0.5))], name="/norm/Sub")
     x = b.node("Div", [x, b.init("std", np.float32(0.25))], name="/norm/Div")
-    h = b.node("Relu", [b.linear(x, 64, 48, "fc1", gemm=True)], name="/act1/Relu")
+    w1 = b.weight("fc1.weight", (48, 64))
+    h = b.node("MatMul", [x, b.node("Transpose", [w1], name="/fc1/Transpose", perm=[1, 0])],
+               name="/fc1/MatMul")
+    h = b.node("Add", [h, b.weight("fc1.bias", (48,), 0.1)], name="/fc1/Add")
+    h = b.node("Relu", [h], name="/act1/Relu")
     h = b.node("Dropout", [h, b.init("ratio", np.float32(0.1))], name="/drop/Dropout")
     h = b.node("Tanh", [b.linear(h, 48, 32, "fc2", gemm=True)], name="/act2/Tanh")
     h = b.node("Identity", [h], name="/id/Identity")
     y = b.linear(h, 32, 10, "fc3", gemm=False)
     b.nodes.append(helper.make_node("Identity", [y], ["y"], name="/out/Identity"))
-    return b.model("mlp", [("x", [batch, 64])], ["y"])
+    return b.model("mlp", [("x", [64, batch])], ["y"])
 
 
 def cnn(batch: int = 2, size: int = 16) -> onnx.ModelProto:

@@ -24,6 +24,8 @@ from looptune.graph.onnx_backend import LooptuneBackend  # noqa: E402
 CLAIMED = conf.claimed_cases()
 RUN = [c for c in CLAIMED if conf.exclusion(c.name) is None]
 REFUSED = [c for c in CLAIMED if conf.exclusion(c.name) and conf.exclusion(c.name).raises]
+RUN_COMPILED = [c for c in RUN if conf.exclusion(c.name, "compile") is None]
+REFUSED_COMPILED = [c for c in RUN if conf.exclusion(c.name, "compile") is not None]
 # one case per kind of operator for the fast compiled run (those claimed run)
 FAST_COMPILE = ["test_relu", "test_add_bcast", "test_conv_with_strides_padding",
                 "test_gemm_all_attributes", "test_softmax_axis_1", "test_maxpool_2d_pads",
@@ -52,7 +54,7 @@ def test_refused_cases_raise_a_clear_error(case):
         conf.run_case(case, "reference")
 
 
-@pytest.mark.parametrize("pattern", list(conf.EXCLUDED))
+@pytest.mark.parametrize("pattern", list(conf.EXCLUDED) + list(conf.COMPILE_EXCLUDED))
 def test_every_exclusion_rule_matches_a_claimed_case(pattern):
     assert any(re.fullmatch(pattern, c.name) for c in CLAIMED), (
         f"EXCLUDED rule {pattern!r} matches no claimed case: remove it (or the operator is "
@@ -60,8 +62,7 @@ def test_every_exclusion_rule_matches_a_claimed_case(pattern):
 
 
 def _compile_cases(names=None):
-    cases = [c for c in RUN if names is None or c.name in names]
-    return cases
+    return [c for c in RUN_COMPILED if names is None or c.name in names]
 
 
 @pytest.mark.parametrize("case", _compile_cases(FAST_COMPILE),
@@ -78,9 +79,16 @@ def test_reference_run_after_the_pipeline(case):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", RUN, ids=_names(RUN))
+@pytest.mark.parametrize("case", RUN_COMPILED, ids=_names(RUN_COMPILED))
 def test_compiled_run_all(case):
     conf.run_case(case, "compile")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", REFUSED_COMPILED, ids=_names(REFUSED_COMPILED))
+def test_compile_refuses_excluded_cases_clearly(case):
+    with pytest.raises(GraphError, match=conf.exclusion(case.name, "compile").raises):
+        conf.run_case(case, "compile")
 
 
 # ---- the backend API ----------------------------------------------------------------------------
