@@ -45,7 +45,7 @@ clk_event_t ndrange_t reserve_id_t image1d_t image1d_array_t image1d_buffer_t im
 image2d_array_t image2d_depth_t image2d_array_depth_t image3d_t quad complex imaginary
 barrier work_group_barrier mem_fence read_mem_fence write_mem_fence get_group_id get_local_id
 get_global_id get_global_size get_local_size get_num_groups get_work_dim get_global_offset
-rsqrt MAXFLOAT HUGE_VALF INFINITY NAN
+rsqrt MAXFLOAT HUGE_VALF INFINITY NAN vec_step kernel_enqueue_flags_t clk_profiling_info
 """.split()) | {f"{b}{n}" for b in _VECTOR_BASES for n in (2, 3, 4, 8, 16)}
 
 # Types and functions of the C library (and the ones the generated code calls)

@@ -23,7 +23,11 @@ WORDS = ["NULL", "NAN", "EOF", "size_t", "M_PI", "FLT_MAX", "int", "kernel", "__
          "LONG_MIN", "INT64_MIN", "get_global_id", "CLK_LOCAL_MEM_FENCE", "cl_khr_fp64",
          "M_PI_F", "MAXFLOAT", "int64_t", "true", "bool", "half", "uchar", "I", "i", "n", "k",
          "err", "mem", "lt_err", "once", "done", "arg3", "global", "system", "_Bool", "__LINE__",
-         "A", "v_NULL", "NULL_1", "memcpy", "y0", "EDOM", "RAND_MAX", "PTHREAD_ONCE_INIT"]
+         "A", "v_NULL", "NULL_1", "memcpy", "y0", "EDOM", "RAND_MAX", "PTHREAD_ONCE_INIT",
+         "vec_step", "FLT_EPSILON", "CHAR_BIT", "float16", "image2d_t", "sampler_t", "event_t",
+         "read_only", "constant", "private", "__global", "get_local_id", "barrier",
+         "CLK_GLOBAL_MEM_FENCE", "memory_order", "atomic_int", "uchar4", "HUGE_VALF", "lt_status",
+         "lt_i0", "lt_chk", "template", "this", "operator"]
 
 
 def random_name(rng: np.random.Generator) -> str:
@@ -311,22 +315,25 @@ def _check_names(seed: int, tmp_path, opencl: str | None) -> None:
     np.testing.assert_allclose(got, np.tile(want, len(mods)), rtol=1e-5, atol=1e-5, err_msg=ctx)
 
 
-def _device_or_none() -> str | None:
-    try:
-        import pyopencl  # noqa: F401
-        from looptune.backends.opencl import select_device
-        select_device(lt.Target.parse("opencl"))
-    except (ImportError, lt.BuildError):
-        return None
-    return "opencl"
-
-
 @pytest.mark.parametrize("seed", [0, 1])
 def test_random_names_build_export_and_compute(seed, tmp_path):
-    _check_names(seed, tmp_path, _device_or_none())
+    _check_names(seed, tmp_path, None)
+
+
+@pytest.mark.opencl
+@pytest.mark.parametrize("seed", [0, 1])
+def test_random_names_opencl_build_export_and_compute(seed, tmp_path, opencl_target):
+    _check_names(seed, tmp_path, opencl_target)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(2, 14))
 def test_random_names_property(seed, tmp_path):
-    _check_names(seed, tmp_path, _device_or_none())
+    _check_names(seed, tmp_path, None)
+
+
+@pytest.mark.slow
+@pytest.mark.opencl
+@pytest.mark.parametrize("seed", range(2, 14))
+def test_random_names_opencl_property(seed, tmp_path, opencl_target):
+    _check_names(seed, tmp_path, opencl_target)
