@@ -133,7 +133,7 @@ def write_png(dot: str, graph, groups, path: Path) -> str:
     """Draw the picture with Graphviz when present, else matplotlib; say which."""
     if have_dot():
         r = subprocess.run(["dot", "-Tpng", "-o", str(path)], input=dot, text=True,
-                           capture_output=True, timeout=120)
+                           capture_output=True, timeout=120, check=False)
         if r.returncode != 0:
             raise CLIError(f"--png: dot failed: {' '.join(r.stderr.split())[:300]}")
         return "graphviz dot"

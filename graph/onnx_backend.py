@@ -24,11 +24,10 @@ import numpy as np
 
 from ..errors import GraphError
 from .ir import Node
-from .onnx_import import (_check_ops, _check_opset, _onnx, compile_time_values, from_onnx,
-                          load_model)
+from .onnx_import import _check_ops, _check_opset, _onnx, compile_time_values, from_onnx, load_model
 
 MODES = ("reference", "compile")
-__all__ = ["LooptuneBackend", "LooptuneRep", "MODES", "const_fed_inputs"]
+__all__ = ["MODES", "const_fed_inputs", "graph_api"]   # + LooptuneBackend, LooptuneRep (lazy)
 
 
 def const_fed_inputs(model) -> list[str]:
@@ -173,7 +172,7 @@ def _make_classes() -> dict[str, type]:
         def supports_device(cls, device: str) -> bool:
             try:
                 return Device(device).type == DeviceType.CPU
-            except Exception:
+            except AttributeError:          # DeviceType has no such name
                 return False
 
     return {"LooptuneRep": LooptuneRep, "LooptuneBackend": LooptuneBackend}

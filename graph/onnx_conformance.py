@@ -145,8 +145,9 @@ def run_case(case, mode: str = "reference", optimize: bool = False) -> None:
     """Run one case through :class:`LooptuneBackend` (``optimize``: the reference run after
     ``lt.graph.optimize``); AssertionError (or the GraphError of the import) when it does not
     agree."""
-    from .onnx_backend import LooptuneBackend
     from onnx import TensorProto, numpy_helper
+
+    from .onnx_backend import LooptuneBackend
     rep = LooptuneBackend.prepare(case.model, mode=mode, optimize=optimize)
     for inputs, expected in case.data_sets:
         # as ONNX's runner does: some cases hold TensorProtos (float16 data, say)
@@ -181,7 +182,7 @@ def run_suite(mode: str = "reference", ops: set[str] | None = None) -> dict[str,
         try:
             run_case(case, mode)
             c.passed += 1
-        except Exception as e:            # a report: every failure is listed, none stops it
+        except Exception as e:  # noqa: BLE001  (a report: every failure listed, none stops it)
             c.failed[case.name] = f"{type(e).__name__}: {str(e).strip().splitlines()[0]}"
     return dict(sorted(counts.items()))
 

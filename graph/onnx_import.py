@@ -79,9 +79,10 @@ def load_model(model: Any):
         path = os.fspath(model)
         if not os.path.isfile(path):
             raise GraphError(f"from_onnx: no such file: {path}")
+        from google.protobuf.message import DecodeError
         try:
             return onnx.load(path)
-        except Exception as e:           # protobuf's DecodeError, external data not found...
+        except (DecodeError, OSError, ValueError) as e:     # not protobuf, external data...
             raise GraphError(f"from_onnx: {path} is not a readable ONNX model "
                              f"({type(e).__name__}: {e})") from None
     raise GraphError(f"from_onnx: expected a path or an onnx.ModelProto; got "
@@ -230,7 +231,7 @@ def _tensor(onnx, t, what: str) -> np.ndarray:
     dtype_of(t.data_type, what)
     try:
         arr = onnx.numpy_helper.to_array(t)
-    except Exception as e:               # external data that was not loaded, malformed data
+    except (OSError, ValueError, TypeError) as e:     # external data not loaded, bad data
         raise GraphError(f"{what}: cannot read its data ({type(e).__name__}: {e}); load the "
                          "model from its file so external data is found") from None
     return np.asarray(arr)

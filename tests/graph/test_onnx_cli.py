@@ -7,11 +7,11 @@ import sys
 import pytest
 
 onnx = pytest.importorskip("onnx")
-from onnx import TensorProto as T, helper  # noqa: E402
-
-import models  # noqa: E402  (tests/graph/models.py)
-from looptune.cli import main  # noqa: E402
-from looptune.graph import cli as graph_cli  # noqa: E402
+import models
+from looptune.cli import main
+from looptune.graph import cli as graph_cli
+from onnx import TensorProto as T
+from onnx import helper
 
 
 @pytest.fixture(scope="module")
@@ -127,10 +127,11 @@ def _unsupported(tmp_path):
     (lambda p, s, t: [str(_garbage(t))], r"garbage\.onnx is not a readable ONNX model"),
     (lambda p, s, t: [_unsupported(t)],
      r"the model uses 2 operator type\(s\) looptune does not support: NonZero \(1\), TopK \(1\)"),
-    (lambda p, s, t: [s], r"input 'x' has a symbolic dimension 'N' .* \(on the command line: "
-                          r"--shape NAME=D,D,\.\.\.\)"),
-    (lambda p, s, t: [s, "--shape", "x=2,a"], r"--shape: expected NAME=D,D,\.\.\. with positive "
-                                              r"sizes \(e\.g\. x=1,3,224,224\); got 'x=2,a'"),
+    (lambda p, s, t: [s], (r"input 'x' has a symbolic dimension 'N' .* \(on the command line: "
+                           r"--shape NAME=D,D,\.\.\.\)")),
+    (lambda p, s, t: [s, "--shape", "x=2,a"], (r"--shape: expected NAME=D,D,\.\.\. with "
+                                               r"positive sizes \(e\.g\. x=1,3,224,224\); got "
+                                               r"'x=2,a'")),
     (lambda p, s, t: [s, "--shape", "x=0,5"], r"--shape: expected NAME=D,D,\.\.\."),
     (lambda p, s, t: [s, "--shape", "x=2,5", "--shape", "x=3,5"],
      r"--shape: input 'x' is given twice"),

@@ -8,18 +8,19 @@ per-operator counts.
 """
 from __future__ import annotations
 
+import os
 import re
 
 import numpy as np
 import pytest
 
 pytest.importorskip("onnx")
-from onnx import TensorProto as T, helper  # noqa: E402
-
-import looptune as lt  # noqa: E402
-from looptune.graph import GraphError  # noqa: E402
-from looptune.graph import onnx_conformance as conf  # noqa: E402
-from looptune.graph.onnx_backend import LooptuneBackend  # noqa: E402
+import looptune as lt
+from looptune.graph import GraphError
+from looptune.graph import onnx_conformance as conf
+from looptune.graph.onnx_backend import LooptuneBackend
+from onnx import TensorProto as T
+from onnx import helper
 
 CLAIMED = conf.claimed_cases()
 RUN = [c for c in CLAIMED if conf.exclusion(c.name) is None]
@@ -172,6 +173,7 @@ def test_onnx_runner_accepts_the_backend():
     suite = unittest.TestSuite()
     for case in bt.test_cases.values():
         suite.addTests(unittest.defaultTestLoader.loadTestsFromTestCase(case))
-    result = unittest.TextTestRunner(verbosity=0, stream=open("/dev/null", "w")).run(suite)
+    with open(os.devnull, "w") as devnull:
+        result = unittest.TextTestRunner(verbosity=0, stream=devnull).run(suite)
     ran = result.testsRun - len(result.skipped)
     assert ran == 3 and result.wasSuccessful(), (result.failures, result.errors)

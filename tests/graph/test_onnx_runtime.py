@@ -16,9 +16,8 @@ import pytest
 pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
-import looptune as lt  # noqa: E402
-
-import models  # noqa: E402  (tests/graph/models.py: pytest puts tests/graph on sys.path)
+import looptune as lt
+import models
 
 RTOL = 1e-4
 ATOL_OF_MAX = 1e-6
