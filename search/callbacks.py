@@ -1,7 +1,9 @@
 """Tuning callbacks: ``log_to_file`` and ``progress_bar``.
 
-A callback is called as ``cb(tuner, result)`` after each measured candidate. It may also have
-``start(tuner, n_trial)`` and ``finish(tuner)`` methods, called around a ``tune`` run.
+A callback is called as ``cb(tuner, result)`` after each measured candidate, and after each
+re-measure run at the end of a tune (``result.kind == "remeasure"``; not a trial). It may also
+have ``start(tuner, n_trial)`` (``n_trial`` None under a time budget alone) and
+``finish(tuner)`` methods, called around a ``tune`` run.
 """
 from __future__ import annotations
 
@@ -55,27 +57,35 @@ def _duration(sec: float) -> str:
 
 
 class ProgressBar:
-    """One status line on stderr, rewritten with ``\\r``: trials, best, errors, ETA."""
+    """A status line on stderr: trials, best, errors, ETA. On a terminal one line is
+    rewritten with ``\\r``; elsewhere (a file, a pipe, CI logs) each update is a line of its
+    own. ``rewrite`` forces either (default: whether the stream is a terminal)."""
 
-    def __init__(self, stream: TextIO | None = None, width: int = 20):
+    def __init__(self, stream: TextIO | None = None, width: int = 20,
+                 rewrite: bool | None = None):
         self.stream = stream
         self.width = width
+        self.rewrite = rewrite
         self.errors: Counter = Counter()
         self._t0 = 0.0
-        self._n_trial = 0
+        self._n_trial: int | None = 0
         self._first = 0
         self._len = 0
+        self._again = 0
 
-    def start(self, tuner: Tuner, n_trial: int) -> None:
+    def start(self, tuner: Tuner, n_trial: int | None) -> None:
         self._t0 = time.monotonic()
         self._n_trial = n_trial
         self._first = tuner.trials
+        self._again = 0
         self.errors.clear()
 
     def line(self, tuner: Tuner) -> str:
         """The status text for the tuner's current state."""
-        done, total = tuner.trials, max(self._n_trial, tuner.trials)
-        filled = self.width * done // total if total else self.width
+        done = tuner.trials
+        total = max(self._n_trial, done) if self._n_trial is not None else None
+        filled = (self.width * done // total if total else self.width) if total is not None \
+            else 0
         bar = "#" * filled + "." * (self.width - filled)
         best = tuner.best
         if best is None:
@@ -89,28 +99,52 @@ class ProgressBar:
         etxt = f"errors {errs}" + (f" ({kinds})" if errs else "")
         new = done - self._first
         elapsed = time.monotonic() - self._t0
-        eta = _duration(elapsed / new * (total - done)) if new else "?"
-        return (f"[{tuner.task.name}] [{bar}] {done}/{total} trials | {btxt} | {etxt} | "
-                f"ETA {eta}")
+        eta = _duration(elapsed / new * (total - done)) if new and total is not None else "?"
+        count = f"{done}/{total}" if total is not None else f"{done}"
+        again = f" | re-measured {self._again}" if self._again else ""
+        return (f"[{tuner.task.name}] [{bar}] {count} trials | {btxt} | {etxt} | "
+                f"ETA {eta}{again}")
 
     def __call__(self, tuner: Tuner, result: MeasureResult) -> None:
-        if not result.ok:
+        if result.kind != "measure":
+            self._again += 1
+            if not self._rewrites():      # a line per re-measure run would only be noise;
+                return                    # the final line counts them
+        elif not result.ok:
             self.errors[result.error_kind.value] += 1
         self._show(self.line(tuner))
 
+    def _stream(self) -> TextIO:
+        return self.stream or sys.stderr
+
+    def _rewrites(self) -> bool:
+        if self.rewrite is not None:
+            return self.rewrite
+        isatty = getattr(self._stream(), "isatty", None)
+        try:
+            return bool(isatty and isatty())
+        except ValueError:            # a closed stream
+            return False
+
     def _show(self, text: str) -> None:
-        stream = self.stream or sys.stderr
-        pad = " " * max(0, self._len - len(text))
-        stream.write("\r" + text + pad)
+        stream = self._stream()
+        if self._rewrites():
+            pad = " " * max(0, self._len - len(text))
+            stream.write("\r" + text + pad)
+            self._len = len(text)
+        else:
+            stream.write(text + "\n")
         stream.flush()
-        self._len = len(text)
 
     def finish(self, tuner: Tuner) -> None:
         self._show(self.line(tuner) + f" | done in {_duration(time.monotonic() - self._t0)}")
-        (self.stream or sys.stderr).write("\n")
+        if self._rewrites():
+            self._stream().write("\n")
         self._len = 0
 
 
-def progress_bar(stream: TextIO | None = None) -> ProgressBar:
-    """A callback showing progress on ``stream`` (stderr): trials, best GFLOP/s, errors, ETA."""
-    return ProgressBar(stream)
+def progress_bar(stream: TextIO | None = None, rewrite: bool | None = None) -> ProgressBar:
+    """A callback showing progress on ``stream`` (stderr): trials, best GFLOP/s, errors, ETA;
+    one rewritten line on a terminal, a line per update elsewhere (``rewrite`` forces
+    either)."""
+    return ProgressBar(stream, rewrite=rewrite)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import tempfile
 import time
 from typing import Any
@@ -115,7 +116,8 @@ def _output_arrays(tensors) -> dict[int, np.ndarray]:
 
 
 class RunnerState:
-    """The runner's per-process state: the task, its inputs and its reference outputs."""
+    """The runner's per-process state: the task, its inputs and its reference outputs, and
+    the noise guard's reference kernel."""
 
     def __init__(self, task: Task, option, ref_dir: str | None):
         self.task, self.option = task, option
@@ -124,6 +126,13 @@ class RunnerState:
         self.reference: dict[int, np.ndarray] | None = None
         if option.check_correctness:
             self.reference = self._reference(tensors, ref_dir)
+        self.noise_kernel: NoiseReference | None = None
+        if getattr(option, "noise_threshold", None):
+            try:
+                self.noise_kernel = NoiseReference()
+            except Exception as e:  # noqa: BLE001 - without it the guard is off, not the run
+                print(f"looptune: the noise guard is off: its reference kernel failed: "
+                      f"{type(e).__name__}: {e}", file=sys.stderr)
 
     def _reference(self, tensors, ref_dir: str | None) -> dict[int, np.ndarray]:
         path = os.path.join(ref_dir, "reference.npz") if ref_dir else None
@@ -150,10 +159,45 @@ def runner_init(arg: tuple) -> RunnerState:
     return RunnerState(task_from_spec(spec), option, ref_dir)
 
 
-def runner_job(state: RunnerState, job: tuple[int, float | None]) -> dict[str, Any]:
+class NoiseReference:
+    """A small fixed kernel (a parallel, vectorized 128^3 float32 matmul) that the runner
+    times right before and right after each candidate: how far its time strays from its
+    recent median says how disturbed the machine was meanwhile (see measure.py). The kernel
+    never changes, so its own speed is constant; only the machine's state moves it."""
+
+    N = 128
+    BLOCK_MS = 2.0
+
+    def __init__(self):
+        from ..lang import compute, placeholder, reduce_axis
+        n = self.N
+        A = placeholder((n, n), "float32", name="A")
+        B = placeholder((n, n), "float32", name="B")
+        k = reduce_axis(n, name="k")
+        from ..lang.ops import sum as lt_sum
+        C = compute((n, n), lambda i, j: lt_sum(A[i, k] * B[k, j], axis=k), name="C")
+        s = create_schedule(C)
+        i, j = s[C].op.axis
+        s[C].reorder(i, k, j)
+        s[C].vectorize(j)
+        s[C].parallel(i)
+        self.f = build(s, [A, B, C], target="c", name="noise_reference_kernel")
+        rng = np.random.default_rng(0)
+        self.args = [rng.uniform(-1, 1, (n, n)).astype(np.float32) for _ in range(2)] + \
+            [np.empty((n, n), np.float32)]
+        t = self.f.time(*self.args, number=1, repeat=3).median
+        self.number = max(1, int(self.BLOCK_MS / 1e3 / max(t, 1e-7)))
+
+    def time(self) -> float:
+        """Seconds per call: the median of 3 blocks of about ``BLOCK_MS`` each."""
+        return self.f.time(*self.args, number=self.number, repeat=3, warmup=1).median
+
+
+def runner_job(state: RunnerState, job: tuple) -> dict[str, Any]:
     """Build (a cache hit), check and time config ``index``; ``best`` is the best cost so far
-    (for ``slow_cutoff``)."""
-    index, best = job
+    (for ``slow_cutoff``); with ``guard`` the noise reference is timed before and after."""
+    index, best = job[0], job[1]
+    guard = len(job) > 2 and job[2] and state.noise_kernel is not None
     task, opt = state.task, state.option
     s, tensors = task.instantiate(task.config_space.get(index))
     f = build(s, tensors, target=task.target, name=task.func_name)
@@ -172,7 +216,11 @@ def runner_job(state: RunnerState, job: tuple[int, float | None]) -> dict[str, A
         return {"kind": "none", "costs": [first],
                 "msg": f"timing cut short: the first call took {first * 1e3:.3f} ms, over "
                        f"{opt.slow_cutoff:g}x the best so far ({best * 1e3:.3f} ms)"}
-    return {"kind": "none", "costs": _time(f, arrays, opt)}
+    if not guard:
+        return {"kind": "none", "costs": _time(f, arrays, opt)}
+    before = state.noise_kernel.time()
+    costs = _time(f, arrays, opt)
+    return {"kind": "none", "costs": costs, "ref": [before, state.noise_kernel.time()]}
 
 
 def compare(name: str, out: np.ndarray, ref: np.ndarray, rtol: float | None,

@@ -7,6 +7,13 @@ and times ``repeat`` repeats of ``number`` calls. A crash, a hang past ``timeout
 exception is recorded as the candidate's :class:`ErrorKind`; the dead or stuck process is
 replaced and the search goes on. Building never overlaps running, so timings are not disturbed
 by compilers.
+
+Noise guard: the runner also times a small fixed reference kernel right before and right
+after each candidate. When the reference drifted more than ``noise_threshold`` from its recent
+median (another process took the cores, the clock changed), the candidate is measured again
+(up to ``noise_retries`` times) and the run with the smallest drift is kept; each result's
+``noise`` holds that drift, and the log keeps it. :meth:`Measurer.remeasure` times configs
+again in interleaved rounds (the top configs at the end of a tune).
 """
 from __future__ import annotations
 
@@ -17,7 +24,8 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import LooptuneError
@@ -59,6 +67,11 @@ class MeasureOption:
     far is not timed further: that call is its cost (it cannot be the best), which keeps
     hopeless candidates from eating the tuning time; ``slow_cutoff=None`` times every candidate
     in full.
+
+    At the end of a tune the ``remeasure_top`` best configs are measured again in
+    ``remeasure_rounds`` interleaved rounds (0: no re-measure); the best is then chosen by the
+    median over each config's measurements. ``noise_threshold`` (a fraction; None: off) and
+    ``noise_retries`` control the noise guard (see the module docstring).
     """
 
     number: int = 4
@@ -73,6 +86,10 @@ class MeasureOption:
     seed: int = 0
     slow_cutoff: float | None = 10.0
     cutoff_min_ms: float = 50.0
+    remeasure_top: int = 3
+    remeasure_rounds: int = 3
+    noise_threshold: float | None = 0.1
+    noise_retries: int = 2
 
     def __post_init__(self):
         if self.n_parallel is None:
@@ -89,6 +106,16 @@ class MeasureOption:
         if self.slow_cutoff is not None and not self.slow_cutoff > 1:
             raise LooptuneError(f"MeasureOption: slow_cutoff must be > 1 (or None); got "
                                 f"{self.slow_cutoff!r}")
+        for name, low in (("remeasure_top", 0), ("remeasure_rounds", 1), ("noise_retries", 0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                raise LooptuneError(f"MeasureOption: {name} must be an int >= {low}; got {v!r}")
+        t = self.noise_threshold
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))
+                              or not 0 < t < 10):
+            raise LooptuneError(f"MeasureOption: noise_threshold must be a fraction in (0, 10) "
+                                f"such as 0.1 (10%), or None to turn the noise guard off; got "
+                                f"{t!r}")
 
 
 @dataclass
@@ -145,6 +172,7 @@ class Measurer:
         self._runner: WorkerPool | None = None
         self._ref_dir: str | None = None
         self.best_cost: float | None = None     # for slow_cutoff; the tuner may seed it
+        self.reference_times: deque[float] = deque(maxlen=NOISE_WINDOW)
 
     def __enter__(self) -> Measurer:
         if worker_role() != "main":
@@ -186,8 +214,26 @@ class Measurer:
         for cfg, b in zip(configs, built):
             res = self._from_build(cfg, b)
             if res.error_kind is ErrorKind.NONE:
-                self._run(res)
+                self._run_guarded(res, self.best_cost)
             yield res
+
+    def remeasure(self, configs: Sequence[ConfigEntity], rounds: int,
+                  stop: Callable[[], bool] | None = None) -> Iterator[MeasureResult]:
+        """Measure ``configs`` again (they built before: the runner finds them in the build
+        cache) in ``rounds`` interleaved rounds: each round runs every config once, in an
+        order rotated from round to round, so that a slow drift of the machine hits them
+        alike. Yields results of kind ``"remeasure"``; ``stop()`` ends it between rounds."""
+        if self._runner is None:
+            raise LooptuneError("Measurer.remeasure: use the Measurer as a context manager")
+        configs = list(configs)
+        for r in range(rounds if configs else 0):
+            if stop is not None and stop():
+                return
+            k = r % len(configs)
+            for cfg in configs[k:] + configs[:k]:
+                res = MeasureResult(cfg, flop=self.task.flop, kind="remeasure")
+                self._run_guarded(res, None)
+                yield res
 
     def _from_build(self, cfg: ConfigEntity, b: Outcome) -> MeasureResult:
         res = MeasureResult(cfg, build_time=b.elapsed, flop=self.task.flop)
@@ -205,15 +251,56 @@ class Measurer:
             res.error_kind, res.error_msg = ErrorKind.BUILD_ERROR, _short(str(b.payload))
         return res
 
-    def _run(self, res: MeasureResult) -> None:
-        (r,) = self._runner.map([(res.config.index, self.best_cost)], self.option.timeout)
+    def _run_guarded(self, res: MeasureResult, best: float | None) -> None:
+        """Run ``res``'s config; with the noise guard, again while the reference kernel
+        drifted past the threshold (keeping the run that drifted least)."""
+        opt = self.option
+        kept: tuple[float, MeasureResult] | None = None
+        for attempt in range(1 + (opt.noise_retries if opt.noise_threshold else 0)):
+            trial = MeasureResult(res.config, build_time=res.build_time, steps=res.steps,
+                                  flop=res.flop, kind=res.kind)
+            ref = self._run(trial, best)
+            drift = self._drift(ref)
+            if drift is None:
+                kept = (0.0, trial)
+                break
+            trial.noise = {"drift": round(drift, 4), "retries": attempt,
+                           "reference_ms": [round(t * 1e3, 4) for t in ref]}
+            if kept is None or drift < kept[0]:
+                kept = (drift, trial)
+            if drift <= opt.noise_threshold:
+                break
+            log.info("noise guard: the reference kernel drifted %.0f%% while config %d ran; "
+                     "measuring it again", drift * 100, res.config.index)
+        trial = kept[1]
+        for name in ("costs", "error_kind", "error_msg", "run_time", "timestamp", "noise"):
+            setattr(res, name, getattr(trial, name))
+        if res.ok and res.kind == "measure" and (self.best_cost is None
+                                                 or res.cost < self.best_cost):
+            self.best_cost = res.cost
+
+    def _drift(self, ref: list[float] | None) -> float | None:
+        """The reference's largest relative deviation from its recent median (None without a
+        reference); the new times join the window afterwards."""
+        if not ref or not self.option.noise_threshold:
+            return None
+        base = statistics.median(self.reference_times) if len(self.reference_times) >= \
+            NOISE_MIN_HISTORY else None
+        self.reference_times.extend(ref)
+        if base is None:
+            return 0.0
+        return max(abs(t / base - 1.0) for t in ref)
+
+    def _run(self, res: MeasureResult, best: float | None) -> list[float] | None:
+        guard = bool(self.option.noise_threshold)
+        (r,) = self._runner.map([(res.config.index, best, guard)], self.option.timeout)
         res.run_time = r.elapsed
+        ref = None
         if r.status == "ok":
             res.error_kind = ErrorKind(r.payload["kind"])
             res.error_msg = _short(r.payload.get("msg", ""))
             res.costs = [float(c) for c in r.payload.get("costs", [])]
-            if res.ok and (self.best_cost is None or res.cost < self.best_cost):
-                self.best_cost = res.cost
+            ref = r.payload.get("ref")
         elif r.status == "timeout":
             res.error_kind = ErrorKind.TIMEOUT
             res.error_msg = f"running took longer than {self.option.timeout} s: {r.payload}"
@@ -223,6 +310,11 @@ class Measurer:
         else:
             res.error_kind, res.error_msg = ErrorKind.RUNTIME_ERROR, _short(str(r.payload))
         res.timestamp = time.time()
+        return ref
+
+
+NOISE_WINDOW = 16          # reference times (two per run) whose median is the baseline
+NOISE_MIN_HISTORY = 4      # before that many, the guard only calibrates
 
 
 def measure_configs(task: Task, configs: Sequence[ConfigEntity | int],

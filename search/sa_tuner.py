@@ -42,8 +42,9 @@ class SATuner(Tuner):
         self._dims = self.space.dims
         self._best_fit = 0.0
 
-    def tune(self, n_trial: int, *args, **kwargs):
-        """As :meth:`Tuner.tune`; the temperature decays over ``n_trial``."""
+    def tune(self, n_trial: int | None = None, *args, **kwargs):
+        """As :meth:`Tuner.tune`; the temperature decays over ``n_trial`` (under a time budget
+        alone, over the trials the pace so far predicts)."""
         self.n_trial_hint = n_trial
         return super().tune(n_trial, *args, **kwargs)
 

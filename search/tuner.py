@@ -8,18 +8,26 @@ result, and the trial count. ``tune``:
    as trials, and the tuner learns from them;
 2. asks for batches of ``measure_option.n_parallel`` configs and measures them; each result
    goes to every callback (``log_to_file`` writes it at once);
-3. stops at ``n_trial`` trials (resumed ones included), when the space is exhausted, when
+3. stops at ``n_trial`` trials (resumed ones included), when ``seconds`` of wall-clock time
+   have passed (checked between batches), when the space is exhausted, when
    ``early_stopping`` trials pass without improvement, or after the batch in flight when
-   Ctrl-C is pressed (a second Ctrl-C aborts at once);
-4. returns the best correct result, or raises :class:`TuningError` summarising the error kinds
-   when every candidate failed.
+   Ctrl-C is pressed (a second Ctrl-C aborts at once; ``tuner.interrupted`` tells);
+4. unless interrupted, measures the ``measure_option.remeasure_top`` best configs again in
+   ``remeasure_rounds`` interleaved rounds; the callbacks get those results too (their
+   ``kind`` is ``"remeasure"``; ``log_to_file`` logs them) but they are not trials;
+5. returns the best correct result by the rule of ``log.rank_configs`` (the median over a
+   config's measurements, re-measured configs first; its ``costs`` are then one cost per
+   measurement), or raises :class:`TuningError` summarising the error kinds when every
+   candidate failed.
 """
 from __future__ import annotations
 
 import logging
 import os
 import signal
+import statistics
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 
@@ -27,7 +35,7 @@ import numpy as np
 
 from ..errors import LooptuneError
 from .log import load_records
-from .measure import MeasureOption, Measurer, MeasureResult
+from .measure import ErrorKind, MeasureOption, Measurer, MeasureResult
 from .space import ConfigEntity
 from .task import Task
 
@@ -81,6 +89,8 @@ class Tuner:
         self.best: MeasureResult | None = None
         self.trials = 0
         self._best_trial = 0
+        self.remeasured: list[MeasureResult] = []     # re-measure runs (not trials)
+        self.interrupted = False
 
     # ---- what subclasses implement -------------------------------------------------------
 
@@ -142,49 +152,65 @@ class Tuner:
     def _record(self, res: MeasureResult) -> None:
         self.trials += 1
         self.history.append(res)
-        if res.ok and (self.best is None or res.cost < self.best.cost):
+        if res.ok and (self.best is None or (res.cost, res.config.index)
+                       < (self.best.cost, self.best.config.index)):   # ties: as rank_configs
             self.best = res
             self._best_trial = self.trials
 
-    def tune(self, n_trial: int, measure_option: MeasureOption | None = None,
+    def tune(self, n_trial: int | None = None, measure_option: MeasureOption | None = None,
              callbacks: Sequence[Callback] = (), early_stopping: int | None = None,
-             resume: bool | str | os.PathLike = False) -> MeasureResult | None:
-        """Tune for ``n_trial`` trials (resumed trials included); returns the best result.
+             resume: bool | str | os.PathLike = False,
+             seconds: float | None = None) -> MeasureResult | None:
+        """Tune for ``n_trial`` trials (resumed trials included) and/or ``seconds`` of
+        wall-clock time (whichever ends first; one of them is needed); returns the best
+        result by the median rule after the final re-measure.
 
         ``resume=True`` reads the logs of the ``log_to_file`` callbacks (or give a path) and
         skips the configs they hold. Raises TuningError when every candidate failed.
         """
+        _check_budget(n_trial, seconds)
         opt = measure_option or MeasureOption()
         callbacks = list(callbacks)
         if resume:
             self._resume(resume, callbacks)
         first = len(self.history)
         guard = _StopOnSigint()
+        deadline = None if seconds is None else time.monotonic() + seconds
         with guard, self.make_measurer(opt) as measurer:
             if self.best is not None and hasattr(measurer, "best_cost"):
                 measurer.best_cost = self.best.cost
             for cb in callbacks:
                 getattr(cb, "start", lambda t, n: None)(self, n_trial)
             try:
-                self._loop(measurer, n_trial, opt, callbacks, early_stopping, guard)
+                self._loop(measurer, n_trial, opt, callbacks, early_stopping, guard, deadline)
+                if not guard.stopped:
+                    self._remeasure(measurer, opt, callbacks, guard)
             finally:
                 for cb in callbacks:
                     getattr(cb, "finish", lambda t: None)(self)
+        self.interrupted = guard.stopped
         if guard.stopped:
             log.warning("tuning of %s interrupted after %d trials; best so far: %s",
                         self.task.key, self.trials, self.best)
         return self._outcome(self.history[first:])
 
-    def _loop(self, measurer, n_trial: int, opt: MeasureOption, callbacks: list,
-              early_stopping: int | None, guard: _StopOnSigint) -> None:
-        while self.trials < n_trial and not guard.stopped:
+    def _loop(self, measurer, n_trial: int | None, opt: MeasureOption, callbacks: list,
+              early_stopping: int | None, guard: _StopOnSigint, deadline: float | None) -> None:
+        t0 = time.monotonic()
+        while (n_trial is None or self.trials < n_trial) and not guard.stopped:
+            if deadline is not None and time.monotonic() >= deadline:
+                log.info("the time budget of %s is spent", self.task.key)
+                break
             if early_stopping is not None and self.trials - self._best_trial >= early_stopping:
                 log.info("early stopping: %d trials without improvement", early_stopping)
                 break
             if not self.has_next():
                 log.info("the config space of %s is exhausted", self.task.key)
                 break
-            batch = self.next_batch(min(opt.n_parallel, n_trial - self.trials))
+            if n_trial is None:
+                self._hint_trials(t0, deadline)
+            left = opt.n_parallel if n_trial is None else n_trial - self.trials
+            batch = self.next_batch(min(opt.n_parallel, left))
             if not batch:
                 break
             results = []
@@ -194,6 +220,57 @@ class Tuner:
                 for cb in callbacks:
                     cb(self, res)
             self.update(batch, results)
+
+    def _hint_trials(self, t0: float, deadline: float) -> None:
+        """With only a time budget, tuners whose schedule follows the expected number of
+        trials (SA's temperature: ``n_trial_hint``) get an estimate from the pace so far."""
+        if not hasattr(self, "n_trial_hint"):
+            return
+        now, done = time.monotonic(), len(self.history)
+        pace = done / (now - t0) if done and now > t0 else 0.0
+        self.n_trial_hint = max(self.trials + 1, int(self.trials + pace * (deadline - now))) \
+            if pace else max(200, self.trials + 1)
+
+    # ---- the final re-measure and the rule for the best ------------------------------------
+
+    def _remeasure(self, measurer, opt: MeasureOption, callbacks: list, guard) -> None:
+        """Measure the best configs again in interleaved rounds (see the module docstring)."""
+        if not opt.remeasure_top or not hasattr(measurer, "remeasure"):
+            return
+        top = self._ranked_configs(confirmed_first=False)[:opt.remeasure_top]
+        if not top:
+            return
+        champion = self._ranked_configs(confirmed_first=True)[0]
+        if any(r.kind == "remeasure" for r in champion) and champion not in top:
+            top[-1] = champion       # contenders are timed beside the best confirmed so far
+        log.info("re-measuring the %d best configs of %s in %d interleaved rounds", len(top),
+                 self.task.key, opt.remeasure_rounds)
+        steps = {g[0].config.index: next((r.steps for r in g if r.steps), None) for g in top}
+        for res in measurer.remeasure([g[0].config for g in top], opt.remeasure_rounds,
+                                      stop=lambda: guard.stopped):
+            res.steps = res.steps or steps.get(res.config.index)
+            self.remeasured.append(res)
+            for cb in callbacks:
+                cb(self, res)
+        best = self._ranked_configs(confirmed_first=True)
+        if best:
+            self.best = _combined(best[0])
+
+    def _ranked_configs(self, confirmed_first: bool) -> list[list[MeasureResult]]:
+        """Each config's correct results (search and re-measures), best first by the rule of
+        ``log.rank_configs``: never a config that was once wrong; the median of its costs;
+        with ``confirmed_first``, re-measured configs first."""
+        by: dict[int, list[MeasureResult]] = {}
+        wrong: set[int] = set()
+        for r in [*self.history, *self.remeasured]:
+            if r.error_kind is ErrorKind.WRONG_RESULT:
+                wrong.add(r.config.index)
+            elif r.ok:
+                by.setdefault(r.config.index, []).append(r)
+        groups = [g for i, g in by.items() if i not in wrong]
+        groups.sort(key=lambda g: (confirmed_first and all(r.kind == "measure" for r in g),
+                                   statistics.median(r.cost for r in g), g[0].config.index))
+        return groups
 
     def _outcome(self, new: list[MeasureResult]) -> MeasureResult | None:
         if self.best is not None or not new:
@@ -219,15 +296,44 @@ class Tuner:
         records = [r for p in paths if os.path.exists(p) for r in load_records(p, self.task)]
         results, seen = [], set()
         for rec in records:
-            if rec.index in seen:
+            if rec.kind == "measure" and rec.index in seen:
                 continue
             try:
-                results.append(rec.to_result(self.space))
-                seen.add(rec.index)
+                res = rec.to_result(self.space)
             except (LooptuneError, IndexError) as e:
                 log.warning("resume: skipping a record of %s: %s", self.task.key, e)
+                continue
+            if rec.kind == "remeasure":
+                self.remeasured.append(res)
+            else:
+                results.append(res)
+                seen.add(rec.index)
         self.load_history(results)
         log.info("resumed %s: %d configs already measured", self.task.key, len(results))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.task!r}, seed={self.seed})"
+
+
+def _check_budget(n_trial, seconds) -> None:
+    if n_trial is None and seconds is None:
+        raise LooptuneError("tune: give n_trial (a number of trials), seconds (a wall-clock "
+                            "budget), or both")
+    if n_trial is not None and (isinstance(n_trial, bool) or not isinstance(n_trial, int)
+                                or n_trial < 0):
+        raise LooptuneError(f"tune: n_trial must be an int >= 0; got {n_trial!r}")
+    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
+                                or not 0 < seconds < float("inf")):
+        raise LooptuneError(f"tune: seconds must be a positive number; got {seconds!r}")
+
+
+def _combined(results: list[MeasureResult]) -> MeasureResult:
+    """One config's results as one: one cost per measurement (so ``.cost`` is their median),
+    kind ``"remeasure"`` when any is a re-measure."""
+    if len(results) == 1:
+        return results[0]
+    first = results[0]
+    kind = "measure" if all(r.kind == "measure" for r in results) else "remeasure"
+    return MeasureResult(first.config, [r.cost for r in results], ErrorKind.NONE, "",
+                         first.build_time, sum(r.run_time for r in results),
+                         max(r.timestamp for r in results), first.steps, first.flop, kind)

@@ -356,7 +356,7 @@ def test_real_measurement_log_works_with_apply_history_best(tmp_path):
     task = create_task("test_matmul", (16, 16, 16))
     log = tmp_path / "gbt.jsonl"
     t = GBTTuner(task, seed=0, n_init=4, explore=8, plan_size=2)
-    best = t.tune(8, MeasureOption(n_parallel=2, number=1, repeat=1),
+    best = t.tune(8, MeasureOption(n_parallel=2, number=1, repeat=1, remeasure_top=0),
                   callbacks=[log_to_file(log)])
     recs = load_records(log, task)
     assert len(recs) == 8 and len({r.index for r in recs}) == 8

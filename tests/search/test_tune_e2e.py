@@ -33,10 +33,21 @@ def test_tuner_log_then_apply_history_best(cls, tmp_path):
     opt = MeasureOption(number=2, repeat=3, timeout=10, n_parallel=2, slow_cutoff=None)
     best = tuner.tune(24, opt, callbacks=[log_to_file(path)])
     recs = load_records(path, task)
-    assert len(recs) == 24 and len({r.index for r in recs}) == 24
+    trials = [r for r in recs if r.kind == "measure"]
+    assert len(trials) == 24 and len({r.index for r in trials}) == 24
     assert all(r.error_kind == "none" and len(r.costs) == 3 for r in recs)
+    assert all(r.noise is not None and r.noise["drift"] >= 0 for r in recs)  # the noise guard
+    # the 3 best configs of the search, measured again in 3 interleaved rounds
+    again = [r for r in recs if r.kind == "remeasure"]
+    top3 = sorted(trials, key=lambda r: (r.cost, r.index))[:3]
+    assert [r.index for r in again] == [i for k in range(3)
+                                        for i in [t.index for t in top3][k:] +
+                                        [t.index for t in top3][:k]]
+    # the best is the median over a config's measurements, the same in the tuner and the log
     logged = load_best(path, task)
+    assert best.kind == "remeasure" and len(best.costs) == 4
     assert logged.index == best.config.index and logged.cost == best.cost
+    assert best.config.index in {t.index for t in top3}
     with apply_history_best(path) as ctx:
         s, tensors = tmatmul(N, N, N)
     assert [c.index for _, c in ctx.applied] == [logged.index]
@@ -106,8 +117,10 @@ def test_resume_after_kill_9_loses_nothing_and_measures_nothing_twice(tmp_path, 
     after = log.read_bytes()
     assert after.startswith(b"".join(before))     # every complete record kept, unchanged
     recs = load_records(log, task)
-    assert len(recs) == 30 and len({r.index for r in recs}) == 30
+    trials = [r for r in recs if r.kind == "measure"]
+    assert len(trials) == 30 and len({r.index for r in trials}) == 30
     assert tuner.trials == 30
+    assert len(recs) == 30 + 3 * 3          # the end: the top 3 re-measured in 3 rounds
 
 
 def test_ctrl_c_stops_after_the_candidates_in_flight(tmp_path):
@@ -124,5 +137,6 @@ def test_ctrl_c_stops_after_the_candidates_in_flight(tmp_path):
     trials = int(words[3])
     recs = load_records(log)
     assert 4 <= len(recs) == trials < 400
+    assert all(r.kind == "measure" for r in recs)          # interrupted: no re-measure
     assert int(words[1]) == min(recs, key=lambda r: r.cost).index
     assert not _workers_tagged(tag)

@@ -163,7 +163,7 @@ def test_progress_bar_shows_trials_best_errors_and_eta(task, fake_measure):
     tuner = RandomTuner(task, seed=0)
     fake_measure(tuner, lambda i: None if i % 3 == 0 else 1e-3)
     out = io.StringIO()
-    tuner.tune(12, OPT, callbacks=[progress_bar(out)])
+    tuner.tune(12, OPT, callbacks=[progress_bar(out, rewrite=True)])
     text = out.getvalue()
     last = text.rstrip("\n").split("\r")[-1]
     assert "\r" in text and text.endswith("\n")

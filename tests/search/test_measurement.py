@@ -1,0 +1,292 @@
+"""Trustworthy timings: the final re-measure, the median rule in the tuner, the noise guard,
+time budgets, the progress bar off a terminal and the OpenMP wait policy."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from looptune.errors import LooptuneError
+from looptune.search import (ErrorKind, MeasureOption, Measurer, MeasureResult, RandomTuner,
+                             SATuner, create_task, load_best, load_records, log_to_file,
+                             progress_bar)
+
+OPT = MeasureOption(n_parallel=4, remeasure_top=3, remeasure_rounds=3)
+
+
+@pytest.fixture
+def task():
+    return create_task("test_matmul", (16, 16, 16))
+
+
+class ScriptedMeasurer:
+    """Each config's first measurement comes from ``first``; its re-measures from ``again``
+    (both: index -> seconds, or None for a wrong result)."""
+
+    def __init__(self, task, first, again):
+        self.task, self.first, self.again = task, first, again
+        self.remeasured: list[list[int]] = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+    def _result(self, cfg, sec, kind):
+        if sec is None:
+            return MeasureResult(cfg, [], ErrorKind.WRONG_RESULT, "wrong", kind=kind)
+        return MeasureResult(cfg, [sec], flop=self.task.flop, kind=kind)
+
+    def measure(self, configs):
+        for c in configs:
+            yield self._result(c, self.first(c.index), "measure")
+
+    def remeasure(self, configs, rounds, stop=None):
+        for r in range(rounds):
+            self.remeasured.append([c.index for c in configs])
+            for c in configs[r % len(configs):] + configs[:r % len(configs)]:
+                yield self._result(c, self.again(c.index), "remeasure")
+
+
+def _install(tuner, first, again):
+    m = ScriptedMeasurer(tuner.task, first, again)
+    tuner.make_measurer = lambda option: m
+    return m
+
+
+def test_the_best_is_the_median_after_the_final_remeasure(task, tmp_path):
+    """The luckiest first measurement loses once the top configs are timed again."""
+    tuner = RandomTuner(task, seed=0)
+    lucky: list[int] = []
+
+    def first(i):
+        if not lucky:
+            lucky.append(i)                       # the first config looks 10x faster...
+            return 1e-4
+        return 1e-3 + i * 1e-9
+
+    m = _install(tuner, first, lambda i: 5e-3 if i == lucky[0] else 1e-3 + i * 1e-9)
+    log = tmp_path / "l.jsonl"
+    best = tuner.tune(20, OPT, callbacks=[log_to_file(log)])
+    assert len(m.remeasured) == 3 and lucky[0] in m.remeasured[0]    # ...so it is re-measured
+    assert best.config.index != lucky[0] and best.kind == "remeasure"
+    assert best.cost == pytest.approx(1e-3 + best.config.index * 1e-9)
+    assert tuner.trials == 20 and len(tuner.history) == 20           # re-measures: no trials
+    recs = load_records(log)
+    assert sum(r.kind == "remeasure" for r in recs) == 9
+    assert load_best(log, task).index == best.config.index          # the log agrees
+
+
+def test_a_config_wrong_on_remeasure_is_never_best(task):
+    tuner = RandomTuner(task, seed=1)
+    fastest: list[int] = []
+
+    def first(i):
+        fastest.append(i)
+        return 1e-4 if len(fastest) == 1 else 1e-3 + i * 1e-9
+
+    _install(tuner, first, lambda i: None if i == fastest[0] else 1e-3 + i * 1e-9)
+    best = tuner.tune(8, OPT)
+    assert best.config.index != fastest[0]
+
+
+def test_remeasure_top_zero_turns_it_off(task):
+    tuner = RandomTuner(task, seed=0)
+    m = _install(tuner, lambda i: 1e-3 + i * 1e-9, lambda i: 1e-3)
+    best = tuner.tune(6, MeasureOption(n_parallel=2, remeasure_top=0))
+    assert m.remeasured == [] and best.kind == "measure"
+
+
+def test_resume_keeps_earlier_remeasures(task, tmp_path):
+    log = tmp_path / "l.jsonl"
+    t1 = RandomTuner(task, seed=0)
+    _install(t1, lambda i: 1e-3 + i * 1e-9, lambda i: 2e-3 + i * 1e-9)
+    t1.tune(6, OPT, callbacks=[log_to_file(log)])
+    t2 = RandomTuner(task, seed=0)
+    m2 = _install(t2, lambda i: 1e-3 + i * 1e-9, lambda i: 2e-3 + i * 1e-9)
+    best = t2.tune(6, OPT, callbacks=[log_to_file(log)], resume=True)
+    assert t2.trials == 6 and len(t2.remeasured) == 9 + 9          # 9 from the log, 9 new
+    # the configs whose one measurement beats the confirmed medians are confirmed now, timed
+    # beside the best confirmed config (which wins again: 1 + 3 + 3 measurements)
+    first_best = t1.best.config.index
+    assert len(m2.remeasured) == 3 and first_best in m2.remeasured[0]
+    assert best.config.index == first_best == load_best(log, task).index
+    assert len(best.costs) == 7
+
+
+# ---- time budgets ---------------------------------------------------------------------------
+
+def test_seconds_is_a_wall_clock_budget(task):
+    tuner = RandomTuner(task, seed=0)
+
+    def slow(i):
+        time.sleep(0.05)
+        return 1e-3
+    _install(tuner, slow, lambda i: 1e-3)
+    t0 = time.monotonic()
+    tuner.tune(seconds=0.5, measure_option=MeasureOption(n_parallel=2, remeasure_top=0))
+    elapsed = time.monotonic() - t0
+    assert 0.5 <= elapsed < 0.5 + 2 * 2 * 0.05 + 0.5           # at most one batch past it
+    assert 4 <= tuner.trials <= 14
+    t2 = RandomTuner(task, seed=0)
+    _install(t2, lambda i: 1e-3, lambda i: 1e-3)
+    t2.tune(5, MeasureOption(n_parallel=2, remeasure_top=0), seconds=60)
+    assert t2.trials == 5                                       # n_trial came first
+
+
+def test_sa_under_a_time_budget_alone_gets_a_trial_estimate(task):
+    tuner = SATuner(task, seed=0)
+    _install(tuner, lambda i: (time.sleep(0.01), 1e-3 + i * 1e-9)[1], lambda i: 1e-3)
+    tuner.tune(seconds=0.3, measure_option=MeasureOption(n_parallel=2, remeasure_top=0))
+    assert tuner.trials > 0 and tuner.n_trial_hint >= tuner.trials - 2   # set before a batch
+    assert 0 < tuner.temperature <= 1.0
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({}, "give n_trial .*, seconds .*, or both"),
+    ({"n_trial": -1}, "n_trial must be an int >= 0; got -1"),
+    ({"n_trial": 2.5}, "n_trial must be an int >= 0; got 2.5"),
+    ({"seconds": 0}, "seconds must be a positive number; got 0"),
+    ({"seconds": float("inf")}, "seconds must be a positive number"),
+])
+def test_budget_errors(task, kwargs, message):
+    with pytest.raises(LooptuneError, match=message):
+        RandomTuner(task).tune(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"remeasure_top": -1}, "remeasure_top must be an int >= 0; got -1"),
+    ({"remeasure_rounds": 0}, "remeasure_rounds must be an int >= 1; got 0"),
+    ({"noise_retries": 1.5}, "noise_retries must be an int >= 0"),
+    ({"noise_threshold": 0}, "noise_threshold must be a fraction in"),
+    ({"noise_threshold": 50}, "noise_threshold must be a fraction in"),
+])
+def test_measure_option_errors(kwargs, message):
+    with pytest.raises(LooptuneError, match=message):
+        MeasureOption(**kwargs)
+
+
+# ---- the noise guard ------------------------------------------------------------------------
+
+def _guarded(task, refs, costs, **opt):
+    """A Measurer whose runner is replaced by scripted (costs, reference times) pairs."""
+    m = Measurer(task, MeasureOption(n_parallel=1, **opt))
+    script = iter(zip(costs, refs))
+
+    def run(res, best):
+        c, ref = next(script)
+        res.costs, res.error_kind = [c], ErrorKind.NONE
+        return ref
+    m._run = run
+    return m
+
+
+def test_a_candidate_measured_while_the_reference_drifted_is_measured_again(task):
+    cfg = task.config_space.get(3)
+    refs = [[1e-3, 1e-3], [1e-3, 1e-3],            # calibration
+            [1.5e-3, 1e-3],                        # +50%: measure again
+            [1.02e-3, 1e-3]]                       # calm: keep this one
+    m = _guarded(task, refs, [1e-3, 1e-3, 9e-3, 2e-3])
+    out = []
+    for _ in range(3):
+        res = MeasureResult(cfg)
+        m._run_guarded(res, None)
+        out.append(res)
+    assert [r.noise["retries"] for r in out] == [0, 0, 1]
+    assert out[2].costs == [2e-3] and out[2].noise["drift"] == pytest.approx(0.02)
+    assert out[2].noise["reference_ms"] == [1.02, 1.0]
+
+
+def test_the_guard_keeps_the_least_disturbed_run_when_the_noise_persists(task):
+    cfg = task.config_space.get(3)
+    refs = [[1e-3, 1e-3]] * 2 + [[2e-3, 2e-3], [1.3e-3, 1.3e-3], [1.8e-3, 1.8e-3]]
+    m = _guarded(task, refs, [1e-3, 1e-3, 5e-3, 3e-3, 4e-3], noise_retries=2)
+    for _ in range(2):
+        m._run_guarded(MeasureResult(cfg), None)
+    res = MeasureResult(cfg)
+    m._run_guarded(res, None)
+    assert res.costs == [3e-3] and res.noise["retries"] == 1
+    assert res.noise["drift"] == pytest.approx(0.3)
+
+
+def test_noise_threshold_none_turns_the_guard_off(task):
+    m = _guarded(task, [[1e-3, 9e-3]] * 5, [1e-3] * 5, noise_threshold=None)
+    res = MeasureResult(task.config_space.get(2))
+    m._run_guarded(res, None)
+    assert res.noise is None and res.costs == [1e-3]
+
+
+def test_real_measurements_log_the_drift(task, tmp_path):
+    """Real workers: the runner times the reference kernel around every candidate."""
+    from looptune.search import measure_configs
+    opt = MeasureOption(number=1, repeat=2, timeout=20, n_parallel=1)
+    res = measure_configs(task, [1, 2, 3], opt)
+    assert all(r.ok and r.noise is not None for r in res)
+    assert all(len(r.noise["reference_ms"]) == 2 and r.noise["reference_ms"][0] > 0
+               for r in res)
+
+
+# ---- the progress bar off a terminal ------------------------------------------------------
+
+def test_progress_bar_writes_a_line_per_update_off_a_terminal(task):
+    tuner = RandomTuner(task, seed=0)
+    _install(tuner, lambda i: 1e-3, lambda i: 1e-3)
+    out = io.StringIO()                            # not a terminal
+    tuner.tune(6, MeasureOption(n_parallel=2), callbacks=[progress_bar(out)])
+    lines = out.getvalue().splitlines()
+    assert "\r" not in out.getvalue()
+    assert len(lines) == 6 + 1                     # a line per trial, then the final one
+    assert "6/6 trials" in lines[-1] and "re-measured 9" in lines[-1] and "done in" in lines[-1]
+
+
+# ---- the OpenMP wait policy -----------------------------------------------------------------
+
+_OMP_PROBE = """
+import looptune as lt
+from looptune.backends.module import openmp_settings
+from looptune.search.jobs import pin_openmp_runtime
+pin_openmp_runtime()      # spinning threads must not outlive an unloaded runtime at exit
+A = lt.placeholder((64,), "float32", name="A")
+B = lt.compute((64,), lambda i: A[i] * 2.0, name="B")
+s = lt.create_schedule(B)
+s[B].parallel(B.op.axis[0])
+import numpy as np
+f = lt.build(s, [A, B], name="probe_kernel")
+f(np.ones(64, np.float32), np.empty(64, np.float32))   # starts the OpenMP runtime
+import json, sys
+print(json.dumps(openmp_settings()), file=sys.stdout)
+"""
+
+
+def _probe(env_extra: dict, tmp_path) -> tuple[dict, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "LOOPTUNE_OPENMP_DEFAULTS")}
+    env.update(OMP_DISPLAY_ENV="VERBOSE", LOOPTUNE_CACHE=str(tmp_path / "cache"), **env_extra)
+    p = subprocess.run([sys.executable, "-c", _OMP_PROBE], env=env, capture_output=True,
+                       text=True, timeout=120, check=True)
+    return json.loads(p.stdout.strip().splitlines()[-1]), p.stderr
+
+
+def test_the_openmp_runtime_starts_with_a_passive_wait_policy(tmp_path):
+    """libgomp prints the settings it started with (OMP_DISPLAY_ENV): looptune's default is
+    the passive policy (idle threads sleep at once: numpy's BLAS keeps its cores)."""
+    settings, shown = _probe({}, tmp_path)
+    assert "OMP_WAIT_POLICY = 'PASSIVE'" in shown and "GOMP_SPINCOUNT = '0'" in shown
+    assert settings["chosen_by"] == "looptune" and settings["OMP_WAIT_POLICY"] == "passive"
+    assert settings["runtime_loaded_before_looptune"] is False
+
+
+@pytest.mark.parametrize("env, shown", [
+    ({"OMP_WAIT_POLICY": "active"}, "OMP_WAIT_POLICY = 'ACTIVE'"),
+    ({"GOMP_SPINCOUNT": "300000"}, "GOMP_SPINCOUNT = '300000'"),     # libgomp's own default
+])
+def test_a_users_own_openmp_settings_win(tmp_path, env, shown):
+    settings, display = _probe(env, tmp_path)
+    assert settings["chosen_by"] == "user" and shown in display
+    assert "GOMP_SPINCOUNT = '0'" not in display
