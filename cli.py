@@ -17,10 +17,40 @@ from .operators import CLIError, Operator, load_operators, parse_args, select
 from .search.tuners import TUNERS, make_tuner
 
 
-def _tuner(name: str, task, seed: int, ns: argparse.Namespace):
+def _tuner(name: str, task, seed: int, ns: argparse.Namespace, transfer: list | None):
     optuna = {"sampler": ns.sampler, "storage": ns.storage, "study_name": ns.study} \
         if name == "optuna" else {}
-    return make_tuner(name, task, seed, transfer_logs=ns.transfer, **optuna)
+    return make_tuner(name, task, seed, transfer_logs=transfer, **optuna)
+
+
+def _tune_log(ns: argparse.Namespace, op: Operator) -> Path:
+    logs = ns.log or []
+    if len(logs) > 1:
+        raise CLIError(f"tune writes one log; got --log {' --log '.join(logs)}: give one (to "
+                       "start from what other logs learnt, use --transfer LOG...)")
+    path = Path(logs[0] if logs else f"{op.name}.jsonl")
+    _check_writable(path)
+    return path
+
+
+def _transfer(ns: argparse.Namespace, task) -> list | None:
+    """The --transfer logs' usable records (another task's configs that its template
+    rejects are skipped with a warning instead of taking the tune down)."""
+    if not ns.transfer:
+        return None
+    if ns.tuner != "gbt":
+        raise CLIError(f"--transfer warm-starts the cost model of the gbt tuner; the "
+                       f"{ns.tuner} tuner has none: add --tuner gbt, or drop --transfer")
+    for f in ns.transfer:
+        if not Path(f).is_file():
+            raise CLIError(f"--transfer: no such log: {f}")
+    from .operators import transfer_records
+    recs = transfer_records(ns.transfer, task)
+    if not recs:
+        raise CLIError(f"--transfer: {', '.join(ns.transfer)} hold no usable records of "
+                       f"other tasks (this task's own records are skipped: --resume "
+                       f"reuses those; another operator's need its file's template)")
+    return recs
 
 
 def cmd_tune(ns: argparse.Namespace) -> int:
@@ -28,36 +58,37 @@ def cmd_tune(ns: argparse.Namespace) -> int:
     from .report import summarise_tuning
     op = select(load_operators(ns.file), ns.template)
     args = parse_args(ns.args, op)
-    log_path = Path(ns.log or f"{op.name}.jsonl")
-    _check_writable(log_path)
-    if ns.transfer and ns.tuner != "gbt":
-        raise CLIError(f"--transfer warm-starts the cost model of the gbt tuner; the "
-                       f"{ns.tuner} tuner has none: add --tuner gbt, or drop --transfer")
-    for f in ns.transfer or ():
-        if not Path(f).is_file():
-            raise CLIError(f"--transfer: no such log: {f}")
+    log_path = _tune_log(ns, op)
     if ns.auto:
         from .operators import auto_task
         task = auto_task(op, args, ns.target)
     else:
         task = search.create_task(op.name, args, target=ns.target)
+    transfer = _transfer(ns, task)
+    trials = ns.trials if ns.trials is not None else (200 if ns.seconds is None else None)
+    budget = " and ".join(([f"{trials} trials"] if trials else [])
+                          + ([f"{ns.seconds:g} s"] if ns.seconds else []))
     space = "an auto-generated space, " if ns.auto else ""
     print(f"tuning {op.name}{tuple(args)} ({space}task {task.name}) on '{task.target}': "
-          f"{len(task.config_space)} configs, {ns.trials} trials with the {ns.tuner} tuner -> "
+          f"{len(task.config_space)} configs, {budget} with the {ns.tuner} tuner -> "
           f"{log_path}", file=sys.stderr)
-    tuner = _tuner(ns.tuner, task, ns.seed, ns)
-    if ns.transfer:
-        if not tuner.n_transferred:
-            raise CLIError(f"--transfer: {', '.join(ns.transfer)} hold no usable records of "
-                           f"other tasks (this task's own records are skipped: --resume "
-                           f"reuses those; another operator's need its file's template)")
+    tuner = _tuner(ns.tuner, task, ns.seed, ns, transfer)
+    if transfer:
         print(f"transfer: the cost model starts from {tuner.n_transferred} records of other "
               f"tasks", file=sys.stderr)
     opt = search.MeasureOption(number=ns.number, repeat=ns.repeat, timeout=ns.timeout,
-                               n_parallel=ns.parallel, min_repeat_ms=ns.min_repeat_ms)
-    tuner.tune(ns.trials, opt, callbacks=[search.log_to_file(log_path), search.progress_bar()],
-               early_stopping=ns.early_stopping, resume=ns.resume)
-    print(summarise_tuning(op, args, ns.target, log_path))
+                               n_parallel=ns.parallel, min_repeat_ms=ns.min_repeat_ms,
+                               remeasure_top=ns.remeasure_top,
+                               remeasure_rounds=ns.remeasure_rounds,
+                               noise_threshold=ns.noise_threshold or None)
+    tuner.tune(trials, opt, callbacks=[search.log_to_file(log_path), search.progress_bar()],
+               early_stopping=ns.early_stopping, resume=ns.resume, seconds=ns.seconds)
+    if tuner.interrupted:
+        print(f"looptune tune: interrupted after {tuner.trials} trials, all of them in "
+              f"{log_path}; no summary (`looptune bench {ns.file} --log {log_path}` times the "
+              f"best; --resume continues)", file=sys.stderr)
+        return 130
+    print(summarise_tuning(op, args, ns.target, str(log_path), any_host=ns.any_host))
     return 0
 
 
@@ -67,7 +98,7 @@ def cmd_show(ns: argparse.Namespace) -> int:
     from .operators import instantiate
     op = select(load_operators(ns.file), ns.template)
     args = parse_args(ns.args, op)
-    s, tensors, how = instantiate(op, args, ns.log, ns.target)
+    s, tensors, how = instantiate(op, args, ns.log, ns.target, ns.any_host)
     print(f"# {op.name}{tuple(args)}: {how}")
     if ns.steps:
         print("\n".join(str(x) for x in s.steps) or "(default schedule: no steps)")
@@ -87,25 +118,13 @@ def cmd_bench(ns: argparse.Namespace) -> int:
     for f in ns.files:
         found = load_operators(f)
         ops += [select(found, ns.template)] if ns.template else found
-    print(bench_table(ops, ns.args, ns.log, ns.target, ns.repeat))
+    print(bench_table(ops, ns.args, ns.log, ns.target, ns.repeat, ns.any_host))
     return 0
 
 
 def cmd_export(ns: argparse.Namespace) -> int:
-    import looptune as lt
-
-    from .operators import instantiate
-    mods = []
-    for f in ns.files:
-        for op in load_operators(f):
-            args = parse_args(ns.args, op)
-            s, tensors, how = instantiate(op, args, ns.log, ns.target)
-            print(f"{op.c_name}: {how}", file=sys.stderr)
-            mods.append(lt.build(s, tensors, target=ns.target, name=op.c_name))
-    paths = lt.export_library(mods, ns.output)
-    for p in paths.values():
-        print(p)
-    return 0
+    from .export_cli import cmd_export as export       # --march: one target or several
+    return export(ns)
 
 
 def cmd_report(ns: argparse.Namespace) -> int:
@@ -122,35 +141,91 @@ def _check_writable(path: Path) -> None:
         raise CLIError(f"cannot write {path}: it is a folder")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="looptune", description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="command", required=True)
+class _Parser(argparse.ArgumentParser):
+    """Command-line mistakes end with one line on stderr (and exit status 2), like the
+    others."""
 
-    def op_args(sp, many=False):
-        if many:
-            sp.add_argument("files", nargs="+", metavar="FILE", help="operator files")
-        else:
-            sp.add_argument("file", metavar="FILE", help="an operator file, e.g. "
-                            "examples/matmul.py")
-        sp.add_argument("--template", help="operator NAME when a file holds several")
-        sp.add_argument("--target", default="c", help="target string (default: c)")
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
+
+def _positive(kind: type):
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            v = None
+        if v is None or not v > 0 or (kind is float and v == float("inf")):
+            raise argparse.ArgumentTypeError(f"must be a positive {kind.__name__}; got {text!r}")
+        return v
+    parse.__name__ = f"positive {kind.__name__}"
+    return parse
+
+
+def _count(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        v = -1
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0; got {text!r}")
+    return v
+
+
+def _op_args(sp, many: bool = False) -> None:
+    if many:
+        sp.add_argument("files", nargs="+", metavar="FILE", help="operator files")
+    else:
+        sp.add_argument("file", metavar="FILE", help="an operator file, e.g. examples/matmul.py")
+    sp.add_argument("--template", help="operator NAME when a file holds several")
+    sp.add_argument("--target", default="c", help="target string (default: c)")
+
+
+def _log_args(sp, what: str) -> None:
+    sp.add_argument("--log", action="append", metavar="LOG",
+                    help=f"{what}; repeat --log to merge several logs (the best config is "
+                         "ranked over all their records by the median rule)")
+    sp.add_argument("--any-host", action="store_true",
+                    help="rank records measured on other hosts (CPU model, -march) with this "
+                         "host's, without a warning (default: prefer this host's records)")
+
+
+def _tune_parser(sub) -> None:
     t = sub.add_parser("tune", help="tune an operator's template, logging every candidate")
-    op_args(t)
+    _op_args(t)
     t.add_argument("--args", help="comma-separated template arguments (default: the file's)")
-    t.add_argument("--tuner", choices=TUNERS, default="ga")
+    t.add_argument("--tuner", choices=TUNERS, default="ga", help="search strategy (default: ga)")
     t.add_argument("--auto", action="store_true",
                    help="tune a space generated from the operator's algorithm (no template)")
-    t.add_argument("--trials", type=int, default=200)
-    t.add_argument("--log", help="tuning log (JSON Lines; default NAME.jsonl)")
+    t.add_argument("--trials", type=_positive(int), default=None,
+                   help="candidates to measure (default: 200, or no limit with --seconds)")
+    t.add_argument("--seconds", type=_positive(float), default=None,
+                   help="wall-clock budget of the search in seconds (beside --trials)")
+    t.add_argument("--log", action="append", metavar="LOG",
+                   help="tuning log to append to (JSON Lines; default NAME.jsonl)")
+    t.add_argument("--any-host", action="store_true",
+                   help="let the summary use the log's records of other hosts silently")
     t.add_argument("--resume", action="store_true", help="skip configs the log already has")
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--early-stopping", type=int, default=None)
-    t.add_argument("--parallel", type=int, default=2, help="candidates built at once")
-    t.add_argument("--timeout", type=float, default=10.0, help="seconds per build and per run")
-    t.add_argument("--number", type=int, default=3)
-    t.add_argument("--repeat", type=int, default=3)
-    t.add_argument("--min-repeat-ms", type=float, default=0.0)
+    t.add_argument("--seed", type=int, default=0, help="random seed of the tuner (default: 0)")
+    t.add_argument("--early-stopping", type=_positive(int), default=None, metavar="N",
+                   help="stop after N trials without improvement")
+    t.add_argument("--parallel", type=_positive(int), default=2,
+                   help="candidates built at once (default: 2)")
+    t.add_argument("--timeout", type=_positive(float), default=10.0,
+                   help="seconds per build and per run (default: 10)")
+    t.add_argument("--number", type=_positive(int), default=3,
+                   help="calls per timed repeat (default: 3)")
+    t.add_argument("--repeat", type=_positive(int), default=3,
+                   help="timed repeats per candidate; its cost is their median (default: 3)")
+    t.add_argument("--min-repeat-ms", type=float, default=0.0,
+                   help="raise --number until a repeat lasts this long (default: 0)")
+    t.add_argument("--remeasure-top", type=_count, default=3, metavar="K",
+                   help="at the end, measure the K best configs again (default: 3; 0: no)")
+    t.add_argument("--remeasure-rounds", type=_positive(int), default=3, metavar="R",
+                   help="interleaved rounds of that re-measure (default: 3)")
+    t.add_argument("--noise-threshold", type=float, default=0.1, metavar="F",
+                   help="measure a candidate again when a reference kernel timed around it "
+                        "drifted more than F (default: 0.1 = 10%%; 0: no noise guard)")
     t.add_argument("--transfer", nargs="+", metavar="LOG", default=None,
                    help="warm-start the gbt tuner's cost model from these logs of other "
                         "tasks (e.g. other sizes of the operator)")
@@ -159,10 +234,19 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--study", default=None, help="Optuna study name shared by workers")
     t.set_defaults(func=cmd_tune)
 
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+    p = _Parser(prog="looptune", description=__doc__.split("\n\n")[0])
+    p.add_argument("--version", action="version", version=f"looptune {__version__}",
+                   help="print looptune's version and exit")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _tune_parser(sub)
+
     s = sub.add_parser("show", help="print the loop nest, C source or steps of a schedule")
-    op_args(s)
-    s.add_argument("--args")
-    s.add_argument("--log", help="use the best config of this log (else the hand schedule)")
+    _op_args(s)
+    s.add_argument("--args", help="comma-separated template arguments (default: the file's)")
+    _log_args(s, "use the best config of this log (else the hand schedule)")
     g = s.add_mutually_exclusive_group()
     g.add_argument("--lowered", action="store_true", help="the loop nest (default)")
     g.add_argument("--source", action="store_true", help="the generated code")
@@ -170,25 +254,29 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_show)
 
     b = sub.add_parser("bench", help="time operators against their numpy reference")
-    op_args(b, many=True)
+    _op_args(b, many=True)
     b.add_argument("--args", help="arguments for every operator (default: each file's)")
-    b.add_argument("--log", help="also time the best tuned config of this log")
-    b.add_argument("--repeat", type=int, default=7)
+    _log_args(b, "also time the best tuned config of this log")
+    b.add_argument("--repeat", type=_positive(int), default=7,
+                   help="interleaved rounds of looptune and numpy (default: 7)")
     b.set_defaults(func=cmd_bench)
 
     e = sub.add_parser("export", help="export operators as a C library (.so .a .h .c)")
-    e.add_argument("files", nargs="+", metavar="FILE")
+    e.add_argument("files", nargs="+", metavar="FILE", help="operator files")
     e.add_argument("--args", help="arguments for every operator (default: each file's)")
-    e.add_argument("--log", help="use each operator's best tuned config from this log")
+    _log_args(e, "use each operator's best tuned config from this log")
     e.add_argument("--target", default="c", help="c (default) or an opencl target: the "
                    "library then runs the kernels through the OpenCL loader")
     e.add_argument("-o", "--output", required=True, help="library path without extension")
+    from .export_cli import add_march_argument
+    add_march_argument(e)
     e.set_defaults(func=cmd_export)
 
     r = sub.add_parser("report", help="tuning curves, error kinds and the best configs")
-    r.add_argument("logs", nargs="+", metavar="LOG")
+    r.add_argument("logs", nargs="+", metavar="LOG", help="tuning logs ('-': standard input)")
     r.add_argument("-o", "--output", help="write the best-so-far curve to this PNG")
-    r.add_argument("--top", type=int, default=5)
+    r.add_argument("--top", type=_positive(int), default=5,
+                   help="best configs listed per task (default: 5)")
     r.set_defaults(func=cmd_report)
 
     from .graph.cli import add_parser as add_graph_parser
@@ -200,7 +288,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="looptune: %(message)s")
-    ns = build_parser().parse_args(argv)
+    try:
+        ns = build_parser().parse_args(argv)
+    except SystemExit as e:           # --help, --version, or a mistake argparse reported
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
     try:
         return ns.func(ns)
     except CLIError as e:

@@ -4,13 +4,18 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import inspect
+import logging
+import os
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from .errors import LooptuneError
+
+log = logging.getLogger("looptune.cli")
 
 
 class CLIError(LooptuneError):
@@ -125,35 +130,119 @@ def auto_task(op: Operator, args: tuple, target: str):
     return search.auto_task(tensors, target=target)
 
 
-def instantiate(op: Operator, args: tuple, log: str | None, target: str):
-    """(schedule, tensors, how): the log's best config when it has one (of the template's
-    task or of the auto-scheduled one, whichever is faster), else the hand schedule."""
-    if log is None:
+LogArg = str | os.PathLike | Sequence[str | os.PathLike] | None
+
+
+def log_paths(logs: LogArg) -> list[str]:
+    """``--log`` as a list of existing paths (several logs are merged); CLIError naming a
+    missing one."""
+    if logs is None:
+        return []
+    paths = [os.fspath(logs)] if isinstance(logs, (str, os.PathLike)) else \
+        [os.fspath(p) for p in logs]
+    for p in paths:
+        if not Path(p).is_file():
+            raise CLIError(f"no such log: {p}")
+    return paths
+
+
+def instantiate(op: Operator, args: tuple, logs: LogArg, target: str, any_host: bool = False):
+    """(schedule, tensors, how): the best config of the logs (merged; of the template's task
+    or of the auto-scheduled one, whichever is faster) when they have one, else the hand
+    schedule."""
+    paths = log_paths(logs)
+    if not paths:
         s, tensors = op.hand_schedule(*args)
         return s, tensors, "hand schedule"
-    rec, task = best_record(op, args, log, target, with_task=True)
-    s, tensors = task.instantiate(rec.index)
-    kind = "auto-scheduled" if task.name.startswith("auto_") else "tuned"
-    return s, tensors, f"{kind} config #{rec.index} from {log}"
+    best = best_record(op, args, paths, target, any_host)
+    kind = "auto-scheduled" if best.task.name.startswith("auto_") else "tuned"
+    return best.schedule, best.tensors, \
+        f"{kind} config #{best.record.index} from {', '.join(paths)}"
 
 
-def best_record(op: Operator, args: tuple, log: str, target: str, with_task: bool = False):
-    """The best correct record of this operator's task in ``log`` (its template's task or
-    its auto-scheduled task, the faster); CLIError when none. ``with_task``: (record, task)."""
+@dataclass
+class Best:
+    """The best logged config of an operator: its record (by the median rule), task,
+    config, and the schedule and tensors it instantiates."""
+
+    record: Any
+    task: Any
+    config: Any
+    schedule: Any
+    tensors: list
+
+
+def best_record(op: Operator, args: tuple, logs: LogArg, target: str,
+                any_host: bool = False) -> Best:
+    """The best record of this operator's task in ``logs`` (merged) by the rule of
+    ``looptune.search.log.rank_configs``, among records that fit the template's current
+    knobs and instantiate (others are skipped with one warning line each); its template's
+    task or its auto-scheduled task, the faster. CLIError when there is none."""
     from . import search
-    if not Path(log).is_file():
-        raise CLIError(f"no such log: {log}")
-    records = search.load_records(log)
+    from .search.log import iter_best
+    paths = log_paths(logs)
+    records = search.load_records(paths)
     task = search.create_task(op.name, args, target=target)
     tasks = [task]
     if any(r.task.name.startswith("auto_") for r in records):   # built only when it may match
         tasks.append(auto_task(op, args, target))
-    found = [(r, t) for t in tasks if (r := search.load_best(records, t)) is not None]
+    found = [b for t in tasks if (b := _first_usable(records, t, any_host, iter_best))]
     if not found:
         keys = sorted({str(r.task) for r in records})
-        raise CLIError(f"{log} holds no correct record of {task.key}; it has "
-                       f"{'; '.join(keys[:5]) or 'no records'} (tune this task first, or pass "
-                       "the --args it was tuned with)")
-    rec, t = min(found, key=lambda rt: rt[0].cost)
-    return (rec, t) if with_task else rec
+        raise CLIError(f"{', '.join(paths)} holds no usable correct record of {task.key}; it "
+                       f"has {'; '.join(keys[:5]) or 'no records'} (tune this task first, or "
+                       "pass the --args it was tuned with)")
+    return min(found, key=lambda b: b.record.cost)
 
+
+def _first_usable(records, task, any_host: bool, iter_best) -> Best | None:
+    for rec, cfg in iter_best(records, task, any_host, "looptune"):
+        try:
+            s, tensors = task.instantiate(cfg)
+        except Exception as e:  # noqa: BLE001 - the user's template: skip the record, say why
+            log.warning("skipping config %d of task %s: the template raised %s: %s",
+                        rec.index, task.key, type(e).__name__, " ".join(str(e).split())[:200])
+            continue
+        return Best(rec, task, cfg, s, tensors)
+    return None
+
+
+def transfer_records(logs: Sequence[str], this_task) -> list:
+    """The records of ``logs`` that can warm-start a cost model for ``this_task``: those of
+    other tasks whose templates load and accept their configs. A record whose config makes
+    its template raise (or that no longer fits the template's knobs) is skipped, with one
+    warning line per task, so one bad record never takes the tune down."""
+    from . import search
+    by: dict = {}
+    for r in search.load_records(list(logs)):
+        if r.task != this_task.key:
+            by.setdefault(r.task, []).append(r)
+    out: list = []
+    for key, recs in by.items():
+        try:
+            task = search.Task(search.get_template(key.name), key.args, key.target)
+        except Exception as e:  # noqa: BLE001 - another operator's template: skip its records
+            log.warning("--transfer: skipping the %d records of %s: %s", len(recs), key,
+                        " ".join(str(e).split())[:200])
+            continue
+        verdict: dict = {}
+        for r in recs:
+            k = (r.index, repr(r.config.get("knobs")))
+            if k not in verdict:
+                verdict[k] = _instantiates(task, r)
+            if verdict[k] is None:
+                out.append(r)
+        bad = [v for v in verdict.values() if v is not None]
+        if bad:
+            log.warning("--transfer: skipping %d configs of %s that its template rejects "
+                        "(e.g. %s)", len(bad), key, bad[0])
+    return out
+
+
+def _instantiates(task, rec) -> str | None:
+    """None when the record's config fits the task's space and instantiates; else why not."""
+    try:
+        task.instantiate(task.config_space.from_json(rec.config))
+    except Exception as e:  # noqa: BLE001 - any failure of the user's template
+        return f"config {rec.index}: {type(e).__name__}: {' '.join(str(e).split())[:160]}"
+    return None

@@ -1,16 +1,24 @@
 """What the command line prints: benchmark tables, tuning summaries and log reports.
 
 Every timing here is honest in the same way: the same inputs (a fixed seed) for looptune and
-numpy, a warm-up call, enough calls per repeat to last ``MIN_REPEAT_MS``, the median of the
-repeats, numpy measured in the same process right next to looptune (after the other's worker threads
-have gone idle), and the looptune output checked against the numpy reference before it is
-timed.
+numpy, the looptune output checked against the numpy reference before it is timed, and the
+sides timed in **interleaved rounds** (:func:`interleaved`): each round times every side once
+(a block of calls lasting ``MIN_REPEAT_MS``), in an order rotated from round to round, after a
+pause that lets the other library's idle threads go to sleep. Neither side ever runs while
+the other's threads are busy, and a slow drift of the machine hits every side alike. Each side
+is printed as the median over the rounds and its spread (half the range of the rounds, as a
+percentage of the median).
 """
 from __future__ import annotations
 
 import logging
+import math
+import statistics
+import sys
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +26,61 @@ import numpy as np
 from .operators import CLIError, Operator, best_record, instantiate, parse_args
 
 MIN_REPEAT_MS = 50.0
-SETTLE_S = 0.3
+SETTLE_S = 0.2
+
+
+@dataclass
+class Timing:
+    """Seconds per call of one side, one value per interleaved round."""
+
+    results: list[float]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.results)
+
+    @property
+    def spread(self) -> float:
+        """Half the range of the rounds, relative to the median."""
+        return (max(self.results) - min(self.results)) / 2 / self.median
+
+    def __str__(self) -> str:
+        return f"{self.median * 1e3:.3f} ms ±{self.spread * 100:.1f}%"
+
+
+def interleaved(calls: dict[str, Callable[[], object]], rounds: int) -> dict[str, Timing]:
+    """Time each of ``calls`` in ``rounds`` interleaved rounds (see the module docstring)."""
+    from .backends.module import time_callable
+    per_block = {name: _calls_per_block(fn) for name, fn in calls.items()}
+    out: dict[str, list[float]] = {name: [] for name in calls}
+    names = list(calls)
+    for r in range(max(1, rounds)):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            time.sleep(SETTLE_S)
+            out[name] += time_callable(calls[name], per_block[name], 1).results
+    return {name: Timing(ts) for name, ts in out.items()}
+
+
+def _calls_per_block(fn: Callable[[], object]) -> int:
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    dt = max(time.perf_counter() - t0, 1e-7)
+    return max(1, min(1 << 20, math.ceil(MIN_REPEAT_MS / 1e3 / dt)))
+
+
+def _omp_note() -> str:
+    from .backends.module import openmp_settings
+    st = openmp_settings()
+    if st["runtime_loaded_before_looptune"]:
+        return ("\n(note: the OpenMP runtime was loaded before looptune was imported, with the "
+                "wait policy it read then: idle OpenMP threads that spin slow numpy down)")
+    if str(st["OMP_WAIT_POLICY"] or "").lower() == "passive":
+        return ""
+    return (f"\n(note: the OpenMP runtime runs with OMP_WAIT_POLICY={st['OMP_WAIT_POLICY']}, "
+            f"GOMP_SPINCOUNT={st['GOMP_SPINCOUNT']} (yours), not looptune's passive default: "
+            "idle OpenMP threads that spin slow the other library down)")
 
 
 def make_arrays(tensors, seed: int = 0):
@@ -48,48 +110,57 @@ def _check(op: Operator, reference, f, inputs, outputs, args) -> None:
                            f"(max abs error {err:.3g}); not timing a wrong kernel")
 
 
-def time_op(op: Operator, args_: tuple, s, tensors, target: str,
-            repeat: int) -> tuple[float, float, float]:
-    """(looptune seconds, numpy seconds, flop) for one schedule, timed side by side."""
+def timed_side_by_side(op: Operator, args_: tuple, schedules: dict, target: str,
+                       rounds: int) -> tuple[dict[str, Timing], float]:
+    """Build each of ``schedules`` ({label: (schedule, tensors)}), check it against numpy,
+    then time them and numpy (label ``"numpy"``) in interleaved rounds; (timings, flop)."""
     import looptune as lt
-    from .backends.module import time_callable
     from .search import count_flop
-    f = lt.build(s, tensors, target=target, name=op.c_name)
-    inputs, outputs, args = make_arrays(tensors)
+    calls: dict[str, Callable[[], object]] = {}
     reference = op.reference_for(args_)
-    _check(op, reference, f, inputs, outputs, args)
-    # OpenBLAS's and OpenMP's worker threads spin for a while after a call; on a small
-    # machine they would steal the cores from whichever is timed next, so let them settle
-    time.sleep(SETTLE_S)
-    t = f.time(*args, number=1, repeat=repeat, min_repeat_ms=MIN_REPEAT_MS).median
-    time.sleep(SETTLE_S)
-    tn = time_callable(lambda: reference(*inputs), 1, repeat, MIN_REPEAT_MS).median
-    time.sleep(SETTLE_S)
-    return t, tn, float(count_flop(tensors) or 0)
+    inputs: list = []
+    flop = 0.0
+    for label, (s, tensors) in schedules.items():
+        f = lt.build(s, tensors, target=target, name=op.c_name)
+        inputs, outputs, args = make_arrays(tensors)
+        _check(op, reference, f, inputs, outputs, args)
+        calls[label] = (lambda f=f, args=args: f(*args))
+        flop = float(count_flop(tensors) or 0)
+    calls["numpy"] = lambda: reference(*inputs)
+    return interleaved(calls, rounds), flop
 
 
-def bench_table(ops: list[Operator], args_text, log, target: str, repeat: int) -> str:
-    rows = [("operator", "sizes", "schedule", "looptune ms", "numpy ms", "speedup", "GFLOP/s")]
+def bench_table(ops: list[Operator], args_text, logs, target: str, repeat: int,
+                any_host: bool = False) -> str:
+    """looptune (hand schedule, and the logs' best config) against numpy: ``repeat``
+    interleaved rounds per row, medians and spreads."""
+    rows = [("operator", "sizes", "schedule", "looptune ms", "±", "numpy ms", "±", "speedup",
+             "GFLOP/s")]
     skipped: list[str] = []
     for op in ops:
         args = parse_args(args_text, op)
-        variants = [("hand", None)] + ([("tuned", log)] if log else [])
+        variants = [("hand", None)] + ([("tuned", logs)] if logs else [])
         for label, lg in variants:
             try:
-                s, tensors, how = instantiate(op, args, lg, target)
+                s, tensors, how = instantiate(op, args, lg, target, any_host)
             except CLIError:
                 if lg is None:
                     raise
-                skipped.append(op.name)   # the log holds no record of this task
+                skipped.append(op.name)   # the logs hold no record of this task
                 continue
-            t, tn, flop = time_op(op, args, s, tensors, target, repeat)
-            gf = f"{flop / t / 1e9:.1f}" if flop else "-"
+            tm, flop = timed_side_by_side(op, args, {"looptune": (s, tensors)}, target, repeat)
+            t, tn = tm["looptune"], tm["numpy"]
+            gf = f"{flop / t.median / 1e9:.1f}" if flop else "-"
             sched = label if lg is None else \
                 f"{how.split()[0].replace('-scheduled', '')} #{how.split('#')[1].split()[0]}"
-            rows.append((op.name, _sizes(args), sched, f"{t * 1e3:.3f}", f"{tn * 1e3:.3f}",
-                         f"{tn / t:.2f}x", gf))
-    note = f"\n(no tuned record in {log} for: {', '.join(skipped)})" if skipped else ""
-    return _table(rows) + note
+            rows.append((op.name, _sizes(args), sched, f"{t.median * 1e3:.3f}",
+                         f"{t.spread * 100:.1f}%", f"{tn.median * 1e3:.3f}",
+                         f"{tn.spread * 100:.1f}%", f"{tn.median / t.median:.2f}x", gf))
+    note = f"\n(no tuned record in {', '.join(map(str, logs))} for: {', '.join(skipped)})" \
+        if skipped else ""
+    head = (f"(medians of {repeat} interleaved rounds of looptune and numpy; ± is half the "
+            "range of the rounds)")
+    return _table(rows) + "\n" + head + note + _omp_note()
 
 
 def _sizes(args) -> str:
@@ -104,43 +175,58 @@ def _table(rows) -> str:
     return "\n".join(lines)
 
 
-def summarise_tuning(op: Operator, args: tuple, target: str, log: Path) -> str:
-    """Best config, its GFLOP/s, and its speedup over the fallback config and numpy."""
-    rec, task = best_record(op, args, str(log), target, with_task=True)
-    s, tensors = task.instantiate(rec.index)
-    t, tn, flop = time_op(op, args, s, tensors, target, 5)
-    if task.name.startswith("auto_"):
-        fs, ftensors = task.instantiate(0)     # the generated space's first config
+def summarise_tuning(op: Operator, args: tuple, target: str, log, rounds: int = 5,
+                     any_host: bool = False) -> str:
+    """The best config by the median rule, then it, the fallback config and numpy timed in
+    ``rounds`` interleaved rounds: medians, spreads and the speedups of the medians."""
+    best = best_record(op, args, log, target, any_host)
+    if best.task.name.startswith("auto_"):
+        fallback = best.task.instantiate(0)       # the generated space's first config
     else:
         tlog = logging.getLogger("looptune.search.template")
         level = tlog.level
-        tlog.setLevel(logging.ERROR)           # the fallback is wanted here: no warning
+        tlog.setLevel(logging.ERROR)               # the fallback is wanted here: no warning
         try:
-            fs, ftensors = op.template(*args)  # outside any log: the fallback config
+            fallback = op.template(*args)          # outside any log: the fallback config
         finally:
             tlog.setLevel(level)
-    tf, _, _ = time_op(op, args, fs, ftensors, target, 5)
+    tm, flop = timed_side_by_side(op, args, {"tuned": (best.schedule, best.tensors),
+                                             "fallback": fallback}, target, rounds)
+    t, tf, tn = tm["tuned"], tm["fallback"], tm["numpy"]
+    rec = best.record
     knobs = ", ".join(f"{k}={v}" for k, v in rec.config.get("knobs", {}).items())
-    gf = f"  ({flop / t / 1e9:.1f} GFLOP/s)" if flop else ""
+    n = len(rec.costs) if rec.kind == "remeasure" else 1
+    how = f"median of {n} measurements, re-measured" if rec.kind == "remeasure" else \
+        "measured once"
+    gf = f"  ({flop / t.median / 1e9:.1f} GFLOP/s)" if flop else ""
     return "\n".join([
-        f"best config #{rec.index}: {knobs}",
-        f"  tuned     {t * 1e3:9.3f} ms{gf}",
-        f"  fallback  {tf * 1e3:9.3f} ms   -> speedup of tuned: {tf / t:.2f}x",
-        f"  numpy     {tn * 1e3:9.3f} ms   -> speedup of tuned: {tn / t:.2f}x",
-    ])
+        f"best config #{rec.index} ({how}): {knobs}",
+        f"  timed again in {rounds} interleaved rounds (median ± half the range):",
+        f"  tuned     {t.median * 1e3:9.3f} ms ±{t.spread * 100:4.1f}%{gf}",
+        f"  fallback  {tf.median * 1e3:9.3f} ms ±{tf.spread * 100:4.1f}%   -> speedup of tuned: "
+        f"{tf.median / t.median:.2f}x",
+        f"  numpy     {tn.median * 1e3:9.3f} ms ±{tn.spread * 100:4.1f}%   -> speedup of tuned: "
+        f"{tn.median / t.median:.2f}x",
+    ]) + _omp_note()
 
 
 def report(logs: list[str], output: str | None, top: int) -> str:
-    """Per task of each log: trials, error kinds, best GFLOP/s, the top configs; a PNG of
-    the best-so-far curves (one line per log and task) when ``output`` is given."""
+    """Per task of each log (``-`` reads standard input): trials, error kinds, re-measures,
+    the top configs by the median rule; a PNG of the best-so-far curves (one line per log
+    and task) when ``output`` is given."""
     from .search import load_records
     curves = {}
     lines = []
     for lg in logs:
-        if not Path(lg).is_file():
+        if lg == "-":
+            records = load_records(sys.stdin)
+            lg = "<stdin>"
+        elif not Path(lg).is_file():
             raise CLIError(f"no such log: {lg}")
+        else:
+            records = load_records(lg)
         by_task = defaultdict(list)
-        for r in load_records(lg):
+        for r in records:
             by_task[r.task].append(r)
         if not by_task:
             raise CLIError(f"{lg} holds no complete tuning record")
@@ -154,21 +240,30 @@ def report(logs: list[str], output: str | None, top: int) -> str:
 
 
 def _task_report(lg: str, key, recs, top: int) -> list[str]:
-    ok = [r for r in recs if r.ok]
-    kinds = Counter(r.error_kind for r in recs if not r.ok)
-    out = [f"{lg}: {key}", f"  {len(recs)} trials, {len(ok)} correct"
-           + ("".join(f", {n} {k}" for k, n in kinds.most_common()))]
-    for r in sorted(ok, key=lambda r: r.cost)[:top]:
+    from .search.log import rank_configs
+    trials = [r for r in recs if r.kind == "measure"]
+    ok = [r for r in trials if r.ok]
+    kinds = Counter(r.error_kind for r in trials if not r.ok)
+    again = [r for r in recs if r.kind == "remeasure"]
+    noisy = sum(1 for r in recs if (r.noise or {}).get("retries"))
+    out = [f"{lg}: {key}", f"  {len(trials)} trials, {len(ok)} correct"
+           + "".join(f", {n} {k}" for k, n in kinds.most_common())
+           + (f"; {len(again)} re-measure runs" if again else "")
+           + (f"; {noisy} measured again after noise" if noisy else "")]
+    for r in rank_configs(recs)[:top]:
         knobs = ", ".join(f"{k}={v}" for k, v in r.config.get("knobs", {}).items())
         rate = f"{r.gflops:8.1f} GFLOP/s" if r.gflops else ""
-        out.append(f"  #{r.index:<6} {r.cost * 1e3:9.3f} ms {rate}  {knobs}")
+        runs = f"median of {len(r.costs)}" if r.kind == "remeasure" else "once"
+        out.append(f"  #{r.index:<6} {r.cost * 1e3:9.3f} ms {rate}  ({runs})  {knobs}")
     return out
 
 
 def _best_so_far(recs) -> list[float]:
     best, out = 0.0, []
     for r in recs:
-        if r.ok:
+        if r.kind != "measure":
+            continue
+        if r.ok and r.cost > 0:
             best = max(best, r.gflops or 1.0 / r.cost)
         out.append(best)
     return out

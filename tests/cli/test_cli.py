@@ -26,22 +26,34 @@ def tuned_log(tmp_path_factory):
     return log
 
 
+def _trials(path) -> list[dict]:
+    recs = [json.loads(line) for line in Path(path).read_text().splitlines()]
+    return [r for r in recs if r["kind"] == "measure"]
+
+
 def test_tune_writes_a_log_and_summary(tuned_log, capsys):
     recs = [json.loads(line) for line in tuned_log.read_text().splitlines()]
-    assert len(recs) == 4
+    trials = _trials(tuned_log)
+    assert len(trials) == 4
     assert all(r["task"]["name"] == "matmul" and r["task"]["args"][:3] == [48, 40, 24]
                for r in recs)
-    assert len({r["config"]["index"] for r in recs}) == 4
+    assert len({r["config"]["index"] for r in trials}) == 4
+    again = [r for r in recs if r["kind"] == "remeasure"]     # the top 3, 3 rounds
+    assert len(again) == 9 and len({r["config"]["index"] for r in again}) == 3
 
 
 def test_tune_resume_continues_the_count(tuned_log, capsys):
     rc = main(["tune", MATMUL, "--args", SMALL, "--tuner", "random", "--trials", "6",
                "--log", str(tuned_log), "--resume", "--number", "1", "--repeat", "2"])
     assert rc == 0
-    recs = [json.loads(line) for line in tuned_log.read_text().splitlines()]
+    recs = _trials(tuned_log)
     assert len(recs) == 6 and len({r["config"]["index"] for r in recs}) == 6
     out = capsys.readouterr().out
     assert "best config #" in out and "numpy" in out and "fallback" in out
+    assert "re-measured" in out and "interleaved rounds" in out
+    for side in ("tuned", "fallback", "numpy"):     # each side: median ms and its spread
+        (line,) = [ln for ln in out.splitlines() if ln.split()[:1] == [side]]
+        assert line.split()[2] == "ms" and line.split()[3].startswith("±")
 
 
 def test_show_lowered_source_and_steps(tuned_log, capsys):
@@ -59,13 +71,15 @@ def test_bench_prints_hand_and_tuned_rows(tuned_log, capsys):
     assert main(["bench", MATMUL, "--args", SMALL, "--log", str(tuned_log),
                  "--repeat", "3"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["operator", "sizes", "schedule", "looptune", "ms", "numpy",
-                                "ms", "speedup", "GFLOP/s"]
-    rows = [ln.split() for ln in lines[2:]]
+    assert lines[0].split() == ["operator", "sizes", "schedule", "looptune", "ms", "±",
+                                "numpy", "ms", "±", "speedup", "GFLOP/s"]
+    rows = [ln.split() for ln in lines[2:4]]
     assert [r[2] for r in rows] == ["hand", "tuned"]
     for r in rows:
         assert r[0] == "matmul" and r[1] == "48x40x24"
-        assert float(r[-4]) > 0 and float(r[-3]) > 0 and r[-2].endswith("x")
+        assert float(r[-6]) > 0 and float(r[-4]) > 0 and r[-2].endswith("x")
+        assert r[-5].endswith("%") and r[-3].endswith("%")      # spreads of both sides
+    assert "medians of 3 interleaved rounds" in lines[4]
 
 
 def test_export_builds_a_library(tmp_path, capsys):
@@ -147,9 +161,9 @@ def test_tune_gbt_transfers_from_another_size(tuned_log, tmp_path, capsys):
                  "--transfer", str(tuned_log), "--log", str(log), "--number", "1",
                  "--repeat", "2"]) == 0
     err = capsys.readouterr().err
-    n = len(tuned_log.read_text().splitlines())
+    n = len({r["config"]["index"] for r in _trials(tuned_log)})   # one row per config
     assert f"the cost model starts from {n} records of other tasks" in err
-    assert len(log.read_text().splitlines()) == 4
+    assert len(_trials(log)) == 4
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -172,7 +186,7 @@ def test_transfer_log_must_exist(tmp_path, capsys):
 def test_log_of_another_task(tuned_log, capsys):
     assert main(["show", SOFTMAX, "--log", str(tuned_log)]) == 2
     err = capsys.readouterr().err
-    assert "holds no correct record of softmax" in err and "matmul" in err
+    assert "holds no usable correct record of softmax" in err and "matmul" in err
 
 
 def test_unwritable_export_output(tmp_path, capsys):
@@ -197,11 +211,11 @@ def test_tune_auto_then_show_and_bench_use_the_auto_log(tmp_path, capsys):
     relu = str(EXAMPLES / "matmul_relu.py")
     assert main(["tune", relu, "--args", SMALL, "--auto", "--tuner", "random", "--trials",
                  "4", "--log", str(log), "--number", "1", "--repeat", "2"]) == 0
-    recs = [json.loads(line) for line in log.read_text().splitlines()]
+    recs = _trials(log)
     assert len(recs) == 4 and all(r["task"]["name"].startswith("auto_") for r in recs)
     assert "best config #" in capsys.readouterr().out
     assert main(["show", relu, "--args", SMALL, "--log", str(log)]) == 0
     assert "auto-scheduled config #" in capsys.readouterr().out
     assert main(["bench", relu, "--args", SMALL, "--log", str(log), "--repeat", "3"]) == 0
-    rows = [ln.split() for ln in capsys.readouterr().out.splitlines()[2:]]
+    rows = [ln.split() for ln in capsys.readouterr().out.splitlines()[2:4]]
     assert [r[2] for r in rows] == ["hand", "auto"]
