@@ -59,6 +59,7 @@ class OpCall:
     in_types: list[TensorType | None]       # None for an omitted optional input
     consts: list[np.ndarray | None]         # the value of each constant input, else None
     out_types: list[TensorType] = field(default_factory=list)   # filled after inference
+    graph: Graph | None = field(default=None, repr=False)      # where the inputs come from
 
     def error(self, msg: str) -> GraphError:
         """A GraphError naming the node and its op: raise ctx.error("what is wrong; do x")."""
@@ -66,11 +67,29 @@ class OpCall:
 
     def const(self, k: int, what: str) -> np.ndarray:
         """The value of input ``k``, which this operator needs at compile time (a shape, axes,
-        pads...); a GraphError when it is computed at run time."""
+        pads...); a GraphError naming the input value, what it is for (``what``) and where it
+        comes from when it is computed at run time."""
         if k >= len(self.consts) or self.consts[k] is None:
-            raise self.error(f"input {k} ({what}) must be a constant (an initializer or a "
-                             "Constant node); computed ones are not supported")
+            raise self.error(self.not_constant(k, what))
         return self.consts[k]
+
+    def not_constant(self, k: int, what: str) -> str:
+        """Why input ``k`` (``what``: its role) cannot be used: it is not a constant."""
+        value = self.node.inputs[k] if k < len(self.node.inputs) else ""
+        if not value:
+            return f"input {k} ({what}) is required here; give it as a constant"
+        prod = self.graph.producer(value) if self.graph is not None else None
+        if prod is not None:
+            where = (f"; it is computed at run time by {prod.label}; the compiler needs it "
+                     "folded to a constant (lt.graph.optimize folds nodes whose inputs are "
+                     "all constants)")
+        elif self.graph is not None and value in self.graph.inputs:
+            where = ("; it is a graph input, given at run time; make it a constant (g.const, "
+                     "or an ONNX initializer)")
+        else:
+            where = "; make it a constant (g.const, or an ONNX initializer)"
+        return (f"input {k} ({what}, value '{value}') must be a constant known at compile "
+                f"time (an initializer or a Constant node){where}")
 
     def has_input(self, k: int) -> bool:
         return k < len(self.in_types) and self.in_types[k] is not None
@@ -158,7 +177,7 @@ def call_of(graph: Graph, node: Node) -> OpCall:
         raise GraphError(f"{node.label}: missing required attribute(s) {', '.join(missing)}")
     in_types = [graph.types[i] if i else None for i in node.inputs]
     consts = [graph.consts.get(i) if i else None for i in node.inputs]
-    ctx = OpCall(node, attrs, in_types, consts)
+    ctx = OpCall(node, attrs, in_types, consts, graph=graph)
     if node.outputs and all(o in graph.types for o in node.outputs if o):
         ctx.out_types = [graph.types[o] for o in node.outputs if o]
     return ctx
@@ -171,17 +190,39 @@ def infer_node(graph: Graph, node: Node) -> list[TensorType]:
         if i and i not in graph.types:
             raise GraphError(f"{node.label}: input {k} '{i}' is not a value of the graph")
     opdef = get_op(node.op_type)
-    for k in opdef.const_inputs:
-        if ctx.has_input(k):
-            ctx.const(k, f"input {k} of {node.op_type}")
+    # the operator's inference reads its compile-time inputs with ctx.const(k, role), whose
+    # error names the role; one it does not read is refused after it, by its ONNX name
+    missing = [k for k in opdef.const_inputs if ctx.has_input(k) and ctx.consts[k] is None]
     try:
         types = opdef.infer(ctx)
     except GraphError:
         raise
     except Exception as e:       # an inference function must only raise GraphError
+        if missing:
+            raise _not_constant(ctx, missing[0]) from None
         raise GraphError(f"{node.label}: shape inference failed: {type(e).__name__}: {e}") \
             from e
+    if missing:
+        raise _not_constant(ctx, missing[0])
     want = len(node.outputs)
     if len(types) < want:
         raise GraphError(f"{node.label}: has {want} outputs; {node.op_type} gives {len(types)}")
     return list(types[:len(node.outputs)])
+
+
+def _not_constant(ctx: OpCall, k: int) -> GraphError:
+    return ctx.error(ctx.not_constant(k, input_role(ctx.node.op_type, k)))
+
+
+def input_role(op_type: str, k: int) -> str:
+    """What input ``k`` of ``op_type`` is for: its name in the ONNX operator schema (``pads``
+    for input 1 of Pad) where onnx is installed and defines the operator, else ``input k of
+    <op>``."""
+    try:
+        from onnx import defs
+        inputs = defs.get_schema(op_type).inputs
+    except Exception:            # noqa: BLE001 - onnx missing, or no schema: a plain role
+        return f"input {k} of {op_type}"
+    if not inputs:
+        return f"input {k} of {op_type}"
+    return f"{op_type}'s '{inputs[min(k, len(inputs) - 1)].name}'"
