@@ -6,7 +6,8 @@ outs = model(xin)                       # or model(x=xin); a list of numpy array
 model.memory_report()["arena_bytes"]
 ```
 
-The pipeline (in this order): ``lt.graph.optimize`` (the pass pipeline; skipped with
+The pipeline (in this order): ``lt.graph.optimize(graph, target=target)`` (the pass pipeline
+for the target: a C target's NCHWc block is its vector lanes, OpenCL keeps NCHW; skipped with
 ``optimize=False``), :func:`~looptune.graph.fusion.fuse`, then for each group its compute DAG
 (:func:`~looptune.graph.fusion.lower_group`) and its task ``lt.search.auto_task(dag.tensors,
 target)``, named by a digest of the DAG: identical groups (same op sequence, attributes,
@@ -118,16 +119,17 @@ def compile(graph: Graph, target="c", log=None, optimize: bool = True):  # noqa:
         raise GraphError(f"compile: graph '{graph.name}' has no outputs; mark them with "
                          "g.output(...)")
     records = _records(log)
-    g = _optimize(graph) if optimize else graph
+    g = _optimize(graph, tgt) if optimize else graph
     groups = fuse(g)
     kernels, steps = build_kernels(groups, tgt, records)
     return Model(g, graph, groups, kernels, steps, str(tgt))
 
 
-def _optimize(graph: Graph) -> Graph:
+def _optimize(graph: Graph, target: Target) -> Graph:
+    """The pass pipeline for ``target`` (its layout block is the target's vector lanes: an
+    OpenCL target keeps NCHW), read from the package so that tests can stand in for it."""
     from .. import graph as pkg
-    opt = getattr(pkg, "optimize", None)           # the pass pipeline, where it exists
-    return opt(graph) if opt is not None else graph
+    return pkg.optimize(graph, target=str(target))
 
 
 def _records(log_src):

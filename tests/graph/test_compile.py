@@ -181,13 +181,14 @@ def test_outputs_that_are_inputs_or_repeated_are_copies(rng):
 def test_compile_runs_the_pass_pipeline_when_there_is_one(monkeypatch, rng):
     seen = []
 
-    def optimize(graph):
-        seen.append(graph)
+    def optimize(graph, target):
+        seen.append((graph, target))
         return graph.replace(name="optimized")
     monkeypatch.setattr(lt.graph, "optimize", optimize, raising=False)
     g = _cnn(hw=5)
-    model = lt.graph.compile(g)
-    assert seen == [g] and model.graph.name == "optimized" and model.source_graph is g
+    model = lt.graph.compile(g, target="c -threads=2")
+    assert seen == [(g, "c -threads=2")] and model.graph.name == "optimized"
+    assert model.source_graph is g
     assert lt.graph.compile(g, optimize=False).graph is g and len(seen) == 1
     _check(model, g, rng)
 

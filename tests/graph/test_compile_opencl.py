@@ -56,3 +56,11 @@ def test_group_the_opencl_backend_refuses_falls_back_to_c(target, rng, monkeypat
     _check(model, g, rng)
     x = np.ones((1, 3, 6, 6), "float32")
     np.testing.assert_allclose(model(x)[0], g.run_reference([x])[0], rtol=1e-5)
+
+
+def test_opencl_compile_keeps_nchw(target, rng):
+    from test_compile_target import _agrees, _convs
+    g = _convs(hw=5)
+    model = lt.graph.compile(g, target=target)
+    assert {n.op_type for n in model.graph.nodes} == {"Conv", "Relu"}     # no NCHWc blocks
+    _agrees(model, g, rng)
