@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import LooptuneError
+from .hostlock import timing_lock
 from .jobs import builder_init, builder_job, runner_init, runner_job
 from .space import ConfigEntity
 from .task import Task
@@ -293,7 +294,10 @@ class Measurer:
 
     def _run(self, res: MeasureResult, best: float | None) -> list[float] | None:
         guard = bool(self.option.noise_threshold)
-        (r,) = self._runner.map([(res.config.index, best, guard)], self.option.timeout)
+        # one candidate timed at a time per host, across processes (search/hostlock.py);
+        # compiling is not locked
+        with timing_lock():
+            (r,) = self._runner.map([(res.config.index, best, guard)], self.option.timeout)
         res.run_time = r.elapsed
         ref = None
         if r.status == "ok":
