@@ -42,7 +42,7 @@ def _cache_error(d: Path, e: OSError) -> BuildError:
 _NAME_CHARS = 64
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def compiler_version(cc: str) -> str:
     if shutil.which(cc) is None:
         raise BuildError(f"C compiler '{cc}' was not found on PATH; install it or pick another "
@@ -51,18 +51,25 @@ def compiler_version(cc: str) -> str:
     return out.stdout.splitlines()[0] if out.stdout else cc
 
 
-@functools.lru_cache(maxsize=None)
-def simd_bytes(cc: str, march: str) -> int:
-    """The widest SIMD register, in bytes, that ``cc -march=<march>`` generates code for,
-    read from the compiler's predefined macros (16 where none is recognised)."""
+@functools.cache
+def predefined_macros(cc: str, march: str) -> frozenset[str]:
+    """The names of the macros that ``cc -march=<march>`` predefines (``__AVX2__``,
+    ``__x86_64__``, ...); BuildError when the compiler rejects that ``-march``."""
     compiler_version(cc)                      # a clear error when the compiler is missing
     proc = subprocess.run([cc, f"-march={march}", "-dM", "-E", "-x", "c", os.devnull],
                           capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise BuildError(f"'{cc} -march={march}' failed: {proc.stderr.strip()[:500]}; fix "
-                         "the target option -march")
-    macros = {line.split()[1] for line in proc.stdout.splitlines()
-              if line.startswith("#define ") and len(line.split()) > 1}
+                         "the target option -march (or pick a compiler that knows it)")
+    return frozenset(line.split()[1] for line in proc.stdout.splitlines()
+                     if line.startswith("#define ") and len(line.split()) > 1)
+
+
+@functools.cache
+def simd_bytes(cc: str, march: str) -> int:
+    """The widest SIMD register, in bytes, that ``cc -march=<march>`` generates code for,
+    read from the compiler's predefined macros (16 where none is recognised)."""
+    macros = predefined_macros(cc, march)
     if "__AVX512F__" in macros:
         return 64
     if "__AVX__" in macros:
