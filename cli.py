@@ -123,7 +123,7 @@ def cmd_bench(ns: argparse.Namespace) -> int:
 
 
 def cmd_export(ns: argparse.Namespace) -> int:
-    from .export_cli import cmd_export as export       # --march: one target or several
+    from .export_cli import cmd_export as export  # --march: one target or several
     return export(ns)
 
 
