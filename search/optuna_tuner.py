@@ -1,45 +1,49 @@
 """A tuner driven by an Optuna sampler, with Optuna storages for tuning across processes.
 
-Each knob is one Optuna parameter named after it, whose value is a knob index:
-
-- ``IntDistribution(0, n - 1)`` over the choices in increasing order for the knobs that have
-  one (two-way splits, by inner factor; ``define_knob`` knobs whose values are all numbers,
-  by value) — and for every knob under ``"cmaes"`` and ``"qmc"``, which handle only numbers
-  (there the order is the knob's own, e.g. a reorder knob's permutation index);
-- ``CategoricalDistribution`` over the indices otherwise (reorders, annotations, multi-way
-  splits, other values).
+Each knob is one Optuna parameter named after it whose value is the knob's *value* (a split's
+inner factor, a ``define_knob`` value, a reorder's permutation as text), so that
+optuna-dashboard, ``study.trials_dataframe()`` and ``optuna.visualization`` read like the
+template (:mod:`~looptune.search.optuna_params` lists the encodings and distributions).
 
 ``sampler``: ``"tpe"`` (default; with ``constant_liar`` so that configs in flight repel),
 ``"nsga2"``, ``"cmaes"`` (needs the ``cmaes`` package), ``"random"``, ``"qmc"``, or any
 ``optuna.samplers.BaseSampler`` instance (used as given; ``seed`` then only seeds this
 tuner's own fallback draws).
 
-Batches use ``study.ask()`` / ``study.tell()``. The objective is the candidate's fitness
-(GFLOP/s, or 1/seconds when the FLOPs are unknown), maximised. A candidate that fails becomes
-a FAIL trial with user attributes ``error_kind`` and ``error_msg``; every measured trial
-carries ``index`` (the config index), ``measured=True``, ``cost``, ``gflops`` and ``worker``.
-A sampled config that was already measured (or is being measured) is not measured again: its
-trial is told the earlier trial's outcome (COMPLETE with its value, or FAIL) or, when that is
-still running, PRUNED, with ``duplicate_of`` set; after ``max_retries`` duplicates in a row an
-unmeasured neighbour (one knob changed) or a random unmeasured config is enqueued.
+Batches use ``study.ask()`` / ``study.tell()``; each result is told as soon as it is measured
+(before the callbacks log it). The objective is the candidate's fitness (GFLOP/s, or
+1/seconds when the FLOPs are unknown), maximised. A candidate that fails becomes a FAIL trial
+with user attributes ``error_kind`` and ``error_msg``; every measured trial carries ``index``
+(the config index), ``measured=True``, ``cost``, ``gflops`` and ``worker``. A sampled config
+that was already measured (or is being measured) is not measured again: its trial is told the
+earlier trial's outcome (COMPLETE with its value, or FAIL) or, when that is still running,
+PRUNED, with ``duplicate_of`` set; after ``max_retries`` duplicates in a row an unmeasured
+neighbour (one knob changed) or a random unmeasured config is enqueued.
 
 Storages and concurrent workers (``storage``, ``study_name``): several processes or machines
 given the same storage and study name tune one task together; each skips configs that any
 worker measured or is measuring, and every worker's ``log_to_file`` log gets its own
-measurements. The study records the task and the space and refuses a different one; without
-``study_name`` a storage's study is named after the task (:func:`default_study_name`), so
-workers given only the same storage share it.
+measurements. The study records the task, the space and the param encoding, and refuses a
+different one; without ``study_name`` a storage's study is named after the task
+(:func:`default_study_name`), so workers given only the same storage share it. Workers on one
+host time one candidate at a time (:mod:`~looptune.search.hostlock`); they compile in parallel.
 
 - ``None``: in memory, one process only.
 - ``"journal:PATH"`` (or a ``JournalStorage`` object): an append-only journal file (Optuna's
   ``JournalFileBackend``). Safe for processes on one host, and for hosts sharing a file system
   that supports the lock (pass ``JournalStorage(JournalFileBackend(path,
-  lock_obj=JournalFileOpenLock(path)))`` on NFS).
-- ``"postgresql://..."``, ``"mysql://..."`` (RDB storages): safe for many machines; this is
-  the storage for a cluster.
+  lock_obj=JournalFileOpenLock(path)))`` on NFS). No heartbeats: the configs a killed worker
+  was measuring stay claimed.
+- ``"postgresql+psycopg://user@host/db"``, ``"mysql+pymysql://..."`` (database storages,
+  :mod:`~looptune.search.optuna_storage`): safe for many machines; this is the storage for a
+  cluster. Workers record heartbeats (``heartbeat`` seconds); the trials of a worker that died
+  are failed by the others after ``3 * heartbeat`` seconds, and their configs measured again.
 - ``"sqlite:///file.db"``: works for one process; Optuna does not recommend SQLite for
   concurrent workers (writes lock the whole file: "database is locked" errors under load).
 - ``"redis://..."``: Optuna's ``JournalRedisBackend`` (needs the ``redis`` package).
+
+A driver that is not installed, or a server that cannot be reached, raises
+:class:`~looptune.search.optuna_storage.StorageError` naming the package or the server.
 
 Reproducibility: with the in-memory storage the same ``seed`` gives the same proposals for
 every sampler named here (given the same measurements). With a storage, the sampler's seed
@@ -54,25 +58,27 @@ import contextlib
 import logging
 import os
 import socket
-import time
 import warnings
 import zlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import numpy as np
-
 from ..errors import LooptuneError
-from .knobs import OtherKnob, SplitKnob
 from .measure import MeasureResult
+from .optuna_params import KnobParam, knob_params
+from .optuna_storage import Heartbeat, StorageError, make_storage, storage_errors
 from .space import ConfigEntity
 from .task import Task
 from .tuner import Tuner
+
+__all__ = ["SAMPLERS", "OptunaTuner", "StorageError", "default_study_name", "make_sampler",
+           "make_storage"]
 
 log = logging.getLogger("looptune.search.optuna_tuner")
 
 SAMPLERS = ("tpe", "nsga2", "cmaes", "random", "qmc")
 _NUMERIC_ONLY = ("cmaes", "qmc")
+PARAM_ENCODING = "values/1"       # what a study's params hold (see optuna_params)
 
 
 def _import_optuna():
@@ -95,6 +101,8 @@ def _quiet() -> Iterator[None]:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", module="optuna")
             warnings.filterwarnings("ignore", message=".*experimental.*")
+            # ask/tell with heartbeats is what this tuner does on purpose
+            warnings.filterwarnings("ignore", message="Heartbeat of storage")
             yield
     finally:
         logger.setLevel(old)
@@ -123,44 +131,6 @@ def make_sampler(name: str, seed: int | None):
                         f"{', '.join(SAMPLERS)} or an optuna.samplers.BaseSampler instance")
 
 
-def make_storage(storage):
-    """An Optuna storage from None, a URL (``journal:PATH`` for a journal file) or a storage
-    object (returned as is)."""
-    if storage is None or not isinstance(storage, (str, os.PathLike)):
-        return storage
-    url = os.fspath(storage)
-    optuna = _import_optuna()
-    from optuna.storages.journal import JournalFileBackend, JournalStorage
-    if url.startswith("journal:"):
-        path = url[len("journal:"):]
-        path = path.removeprefix("//")
-        if not path:
-            raise LooptuneError("OptunaTuner: 'journal:PATH' needs a file path")
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        return JournalStorage(JournalFileBackend(path))
-    if url.startswith("redis://"):
-        from optuna.storages.journal import JournalRedisBackend
-        return JournalStorage(JournalRedisBackend(url))
-    if "://" not in url:
-        raise LooptuneError(f"OptunaTuner: storage {url!r} is not a URL; give e.g. "
-                            "'journal:tune.journal', 'sqlite:///tune.db' or "
-                            "'postgresql://user@host/db'")
-    return _rdb_storage(optuna, url)
-
-
-def _rdb_storage(optuna, url: str, attempts: int = 5):
-    """An RDBStorage; workers started together on an empty database race to create its
-    tables, and the losers see a unique-key error: they retry and find the tables there."""
-    for k in range(attempts):
-        try:
-            return optuna.storages.RDBStorage(url)
-        except Exception as e:  # sqlalchemy's IntegrityError / ProgrammingError
-            if k == attempts - 1 or "already exists" not in str(e):
-                raise
-            log.info("storage %s: schema created by another worker meanwhile; retrying", url)
-            time.sleep(0.2 * (k + 1))
-
-
 def default_study_name(task: Task) -> str:
     """The study name used with a storage when none is given: from the task key."""
     args = ",".join(str(a) for a in task.args)
@@ -168,11 +138,15 @@ def default_study_name(task: Task) -> str:
 
 
 class OptunaTuner(Tuner):
-    """Optuna samplers over a task's knobs, with ask/tell batches and shared storages."""
+    """Optuna samplers over a task's knobs, with ask/tell batches and shared storages.
+
+    ``heartbeat``: seconds between a worker's heartbeats on a database storage (default
+    ``$LOOPTUNE_OPTUNA_HEARTBEAT`` or 10; 0: none); see :mod:`.optuna_storage`."""
 
     def __init__(self, task: Task, sampler: Any = "tpe", storage: Any = None,
                  study_name: str | None = None, seed: int | None = None,
-                 worker_id: str | None = None, max_retries: int = 4):
+                 worker_id: str | None = None, max_retries: int = 4,
+                 heartbeat: int | None = None):
         shared = storage is not None
         self.worker_id = worker_id or (f"{socket.gethostname()}:{os.getpid()}" if shared
                                        else "local")
@@ -191,54 +165,58 @@ class OptunaTuner(Tuner):
             raise LooptuneError(f"OptunaTuner: sampler must be a name ({', '.join(SAMPLERS)}) "
                                 f"or an optuna.samplers.BaseSampler; got {sampler!r}")
         self.max_retries = max_retries
-        self._dists, self._to_index, self._to_param = self._distributions(
-            self.sampler_name in _NUMERIC_ONLY)
+        self.params: dict[str, KnobParam] = knob_params(
+            optuna, self.space.knobs, self.sampler_name in _NUMERIC_ONLY)
+        self._dists = {p.name: p.dist for p in self.params.values()}
         if study_name is None and shared:
             study_name = default_study_name(task)
         with _quiet():
             self.study = optuna.create_study(
-                storage=make_storage(storage), sampler=sampler, study_name=study_name,
-                direction="maximize", load_if_exists=study_name is not None)
-            self._check_study()
+                storage=make_storage(storage, heartbeat), sampler=sampler,
+                study_name=study_name, direction="maximize",
+                load_if_exists=study_name is not None)
+            with storage_errors(self.study):
+                self._check_study()
         self._pending: dict[int, Any] = {}            # index -> optuna Trial in flight
+        self._told: set[int] = set()                  # indices told as soon as measured
         self._known: dict[int, dict[int, Any]] = {}   # index -> {number: claiming trial}
         self._open: set[int] = set()                  # numbers of trials last seen running
         self._seen_trials = 0
+        self._heartbeat = self._start_heartbeat()
+
+    def _start_heartbeat(self) -> Heartbeat | None:
+        from optuna.storages._heartbeat import is_heartbeat_enabled
+        storage = self.study._storage
+        if not is_heartbeat_enabled(storage):
+            return None
+        return Heartbeat(storage, storage.get_heartbeat_interval(), self,
+                         lambda me: [t._trial_id for t in list(me._pending.values())])
 
     # ---- the search space --------------------------------------------------------------------
 
-    def _distributions(self, numeric_only: bool):
-        D = self._optuna.distributions
-        dists, to_index, to_param = {}, {}, {}
-        for name, knob in self.space.knobs.items():
-            n = len(knob)
-            order = _natural_order(knob)
-            if order is None and numeric_only:
-                order = list(range(n))
-            if order is None:
-                dists[name] = D.CategoricalDistribution(tuple(range(n)))
-                to_index[name] = list(range(n))
-            else:
-                dists[name] = D.IntDistribution(0, n - 1)
-                to_index[name] = order
-            to_param[name] = {i: p for p, i in enumerate(to_index[name])}
-        return dists, to_index, to_param
-
     def index_of_params(self, params: dict) -> int:
-        """The config index of a trial's params."""
-        return self.space.index_of([self._to_index[n][int(params[n])] for n in self._dists])
+        """The config index of a trial's params (knob values; see :mod:`.optuna_params`)."""
+        return self.space.index_of([p.index(params[p.name]) for p in self.params.values()])
 
-    def params_of(self, index: int) -> dict[str, int]:
-        """The trial params of config ``index``."""
+    def params_of(self, index: int) -> dict[str, Any]:
+        """The trial params of config ``index``: each knob's value."""
         vec = self.space.vector(index)
-        return {n: self._to_param[n][v] for n, v in zip(self._dists, vec)}
+        return {p.name: p.values[v] for p, v in zip(self.params.values(), vec)}
 
     def _check_study(self) -> None:
         want = {"name": self.task.name, "args": _jsonable(self.task.args),
-                "target": self.task.target, "dims": self.space.dims}
+                "target": self.task.target, "dims": self.space.dims,
+                "params": PARAM_ENCODING}
         have = self.study.user_attrs.get("looptune_task")
         if have is None:
             self.study.set_user_attr("looptune_task", want)
+        elif have.get("params") != PARAM_ENCODING and \
+                {k: v for k, v in have.items() if k != "params"} == \
+                {k: v for k, v in want.items() if k != "params"}:
+            raise LooptuneError(f"OptunaTuner: study '{self.study.study_name}' was made by an "
+                                "older looptune whose trial params are knob indices, not "
+                                "values; give a new study_name (its log still resumes: "
+                                "--resume adds the logged results to the new study)")
         elif have != want:
             raise LooptuneError(f"OptunaTuner: study '{self.study.study_name}' tunes {have}, "
                                 f"not {want}; give this task its own study_name")
@@ -246,7 +224,7 @@ class OptunaTuner(Tuner):
     # ---- proposing ---------------------------------------------------------------------------
 
     def next_batch(self, n: int) -> list[ConfigEntity]:
-        with _quiet():
+        with _quiet(), storage_errors(self.study):
             return self._next_batch(n)
 
     def _next_batch(self, n: int) -> list[ConfigEntity]:
@@ -260,6 +238,8 @@ class OptunaTuner(Tuner):
                 self._enqueue_fallback(last)
                 dups = 0
             trial = self.study.ask(self._dists)
+            if self._heartbeat is not None:       # a trial without any heartbeat never goes
+                self._heartbeat.record(trial._trial_id)       # stale: beat it at once
             last = index = self.index_of_params(trial.params)
             trial.set_user_attr("index", index)
             trial.set_user_attr("worker", self.worker_id)
@@ -278,7 +258,10 @@ class OptunaTuner(Tuner):
     def _sync(self) -> None:
         """Take in the trials other workers measured or are measuring (their configs count as
         visited here). Trials seen running are looked at again on every sync: their config
-        index may not have been set yet when they were first seen."""
+        index may not have been set yet when they were first seen. With heartbeats, running
+        trials of dead workers are failed first (their configs become free again)."""
+        if self._heartbeat is not None:
+            self._optuna.storages.fail_stale_trials(self.study)
         TS = self._optuna.trial.TrialState
         trials = self.study.get_trials(deepcopy=False)
         for n in sorted(self._open):
@@ -298,7 +281,10 @@ class OptunaTuner(Tuner):
         if idx is None:
             return
         claims = self._known.setdefault(idx, {})
-        if "duplicate_of" in t.user_attrs:               # it yielded: not a claim after all
+        # a trial that yielded to another, or that failed unmeasured (its worker died and a
+        # heartbeat check failed it): not a claim after all
+        abandoned = t.state is TS.FAIL and not t.user_attrs.get("measured")
+        if "duplicate_of" in t.user_attrs or abandoned:
             claims.pop(t.number, None)
             if not claims:
                 del self._known[idx]
@@ -362,24 +348,46 @@ class OptunaTuner(Tuner):
 
     # ---- learning ----------------------------------------------------------------------------
 
+    def _record(self, res: MeasureResult) -> None:
+        """Each measured result is told at once, before the callbacks log it, so that a worker
+        killed mid-batch leaves in the study every result its log holds."""
+        super()._record(res)
+        if getattr(res, "kind", "measure") == "measure" and res.config.index in self._pending:
+            with _quiet(), storage_errors(self.study):
+                self._tell(self._pending.pop(res.config.index), res)
+            self._told.add(res.config.index)
+
     def update(self, configs: Sequence[ConfigEntity], results: Sequence[MeasureResult]) -> None:
-        with _quiet():
+        with _quiet(), storage_errors(self.study):
             self._update(configs, results)
 
     def _update(self, configs: Sequence[ConfigEntity], results: Sequence[MeasureResult]) -> None:
-        TS = self._optuna.trial.TrialState
         for c, r in zip(configs, results):
-            attrs = _result_attrs(r, self.worker_id)
+            if c.index in self._told:
+                self._told.discard(c.index)
+                continue
             trial = self._pending.pop(c.index, None)
             if trial is None:
-                self._add_history(c.index, r, attrs)
-                continue
+                self._add_history(c.index, r, _result_attrs(r, self.worker_id))
+            else:
+                self._tell(trial, r)
+
+    def _tell(self, trial, r: MeasureResult) -> None:
+        TS = self._optuna.trial.TrialState
+        attrs = _result_attrs(r, self.worker_id)
+        try:
             for k, v in attrs.items():
                 trial.set_user_attr(k, v)
             if r.ok:
                 self.study.tell(trial, self.fitness(r))
             else:
                 self.study.tell(trial, state=TS.FAIL)
+        except (self._optuna.exceptions.UpdateFinishedTrialError, ValueError) as e:
+            # another worker failed this trial as stale (our heartbeats stalled): keep the
+            # result as a new finished trial
+            log.warning("trial %d of config %d was finished by another worker (%s); adding "
+                        "the measurement as a new trial", trial.number, r.config.index, e)
+            self._add_trial(r.config.index, r, dict(attrs, index=r.config.index))
 
     def _add_history(self, index: int, r: MeasureResult, attrs: dict) -> None:
         """A measurement made outside this study (a resumed log) becomes a finished trial,
@@ -387,8 +395,10 @@ class OptunaTuner(Tuner):
         self._sync()
         if index in self._known:
             return
+        self._add_trial(index, r, dict(attrs, index=index, source="log"))
+
+    def _add_trial(self, index: int, r: MeasureResult, attrs: dict) -> None:
         TS = self._optuna.trial.TrialState
-        attrs = dict(attrs, index=index, source="log")
         frozen = self._optuna.trial.create_trial(
             state=TS.COMPLETE if r.ok else TS.FAIL, value=self.fitness(r) if r.ok else None,
             params=self.params_of(index), distributions=self._dists, user_attrs=attrs)
@@ -406,19 +416,6 @@ def _result_attrs(r: MeasureResult, worker: str) -> dict[str, Any]:
         msg = (r.error_msg or "").strip()
         attrs["error_msg"] = msg.splitlines()[0][:200] if msg else ""
     return attrs
-
-
-def _natural_order(knob) -> list[int] | None:
-    """Knob indices in increasing order of value, for knobs with a 1-D numeric order."""
-    if isinstance(knob, SplitKnob) and knob.num_outputs == 2:
-        vals = [knob.get(i).size[1] for i in range(len(knob))]
-    elif isinstance(knob, OtherKnob) and all(
-            isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
-            for v in knob.values):
-        vals = list(knob.values)
-    else:
-        return None
-    return sorted(range(len(vals)), key=lambda i: (vals[i], i))
 
 
 def _jsonable(x):

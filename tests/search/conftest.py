@@ -11,6 +11,7 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)        # helpers_templates, importable here and in the workers
 
 import helpers_templates  # noqa: E402,F401  (registers the test templates)
+from pg_fixture import pg_server, pg_url  # noqa: E402,F401  (a real PostgreSQL server)
 
 from looptune.search import MeasureResult  # noqa: E402
 from looptune.search.jobs import pin_openmp_runtime  # noqa: E402

@@ -1,16 +1,12 @@
-"""OptunaTuner: knob distributions, samplers and seeds, failed trials, no re-measuring, logs for
-apply_history_best, resume, and workers sharing one study through a JournalStorage (and a real
-PostgreSQL when one can be started here)."""
+"""OptunaTuner: knob values as params, samplers and seeds, failed trials, no re-measuring, logs
+for apply_history_best, resume, and workers sharing one study through a JournalStorage (a real
+PostgreSQL: test_postgres.py)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 import textwrap
 
 import numpy as np
@@ -50,34 +46,88 @@ def _measured(study) -> list:
     return [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("measured")]
 
 
-def test_each_knob_maps_to_a_distribution(task):
+def test_each_knob_maps_to_a_distribution_over_its_values(task):
     t = OptunaTuner(task, seed=0)
     d = t._dists
     assert list(d) == list(task.config_space.knobs)
-    assert d["tile_i"] == D.IntDistribution(0, 4) and d["tile_j"] == D.IntDistribution(0, 4)
-    assert d["order"] == D.CategoricalDistribution(tuple(range(6)))
-    assert isinstance(d["ann"], D.CategoricalDistribution)
-    assert isinstance(d["parallel"], D.CategoricalDistribution)       # booleans: no order
+    # 2-way splits: the inner factor; divisors and powers of two are no even step
+    assert d["tile_i"] == D.CategoricalDistribution((1, 2, 4, 8, 16)) == d["tile_j"]
+    assert d["order"].choices[:2] == ("[0, 1, 2]", "[0, 2, 1]") and len(d["order"].choices) == 6
+    assert d["ann"] == D.CategoricalDistribution(("['none']", "['vec']"))
+    assert d["parallel"] == D.CategoricalDistribution((False, True))
     for i in (0, 1234, 2999):
         assert t.index_of_params(t.params_of(i)) == i
-    cm = OptunaTuner(task, sampler="random", seed=0)._dists
-    assert all(isinstance(v, (D.IntDistribution, D.CategoricalDistribution)) for v in cm.values())
+        cfg = task.config_space.get(i)
+        assert t.params_of(i)["tile_k"] == cfg["tile_k"].size[1]
+        assert t.params_of(i)["parallel"] is cfg["parallel"].val
 
 
-def test_numeric_knobs_are_ordered_by_value():
+@pytest.mark.parametrize("sampler", ["cmaes", "qmc"])
+def test_numeric_only_samplers_get_ranks_and_indices(sampler, task):
+    if sampler == "cmaes":
+        pytest.importorskip("cmaes", reason="the test extra installs cmaes")
+    t = OptunaTuner(task, sampler=sampler, seed=0)
+    assert list(t._dists) == ["tile_i_rank", "tile_j_rank", "tile_k_rank", "order_index",
+                              "ann_index", "parallel_index"]
+    assert all(isinstance(v, D.IntDistribution) for v in t._dists.values())
+    for i in (0, 1234, 2999):
+        assert t.index_of_params(t.params_of(i)) == i
+
+
+def _knob_template(name, values):
     from looptune.search import template
 
-    @template("test_optuna_ordered")
-    def ordered(cfg, n):
-        cfg.define_knob("unroll", [16, 0, 4])
+    @template(name)
+    def tmpl(cfg, n):
+        cfg.define_knob("k", values)
         A = lt.placeholder((n,), "float32", name="A")
         B = lt.compute((n,), lambda i: A[i] * 2.0, name="B")
         return lt.create_schedule(B), [A, B]
-    tk = create_task("test_optuna_ordered", (8,))
-    t = OptunaTuner(tk, seed=0)
-    assert t._dists["unroll"] == D.IntDistribution(0, 2)
-    # param 0, 1, 2 -> values 0, 4, 16 -> knob indices 1, 2, 0
-    assert [t.index_of_params({"unroll": p}) for p in range(3)] == [1, 2, 0]
+    return OptunaTuner(create_task(name, (8,)), seed=0)
+
+
+def test_knob_values_as_params():
+    t = _knob_template("test_optuna_ordered", [16, 0, 4])
+    assert t._dists["k"] == D.CategoricalDistribution((0, 4, 16))      # numbers: increasing
+    assert [t.index_of_params({"k": v}) for v in (0, 4, 16)] == [1, 2, 0]
+    t = _knob_template("test_optuna_step", [8, 0, 16])
+    assert t._dists["k"] == D.IntDistribution(0, 16, step=8)           # an even step
+    assert t.params_of(0) == {"k": 8} and t.index_of_params({"k": 16}) == 2
+    t = _knob_template("test_optuna_mixed", [1, True, "auto", None])
+    assert t._dists["k"].choices == ("1", "true", '"auto"', "null")    # 1 == True: JSON text
+    assert t.index_of_params({"k": "true"}) == 1
+    t = _knob_template("test_optuna_tuples", [(1, 2), (4, 8)])
+    assert t.params_of(1) == {"k": "[4, 8]"}
+    with pytest.raises(LooptuneError, match=r"param k=5 is not a value of knob 'k'; its "
+                                            r"values are \['\[1, 2\]', '\[4, 8\]'\]"):
+        t.index_of_params({"k": 5})
+
+
+def test_trials_carry_knob_values_and_enqueued_values_work(task, fake_measure):
+    t = OptunaTuner(task, seed=0)
+    fake_measure(t, _cost(task))
+    t.tune(12, OPT)
+    sp = task.config_space
+    for tr in _measured(t.study):
+        cfg = sp.get(tr.user_attrs["index"])
+        assert tr.params == {"tile_i": cfg["tile_i"].size[1], "tile_j": cfg["tile_j"].size[1],
+                             "tile_k": cfg["tile_k"].size[1], "order": str(cfg["order"]),
+                             "ann": str(cfg["ann"]), "parallel": cfg["parallel"].val}
+    # an enqueued config (values, as a user or the fallback enqueues it) is proposed next
+    want = next(i for i in range(sp.size) if i not in t.visited)
+    t.study.enqueue_trial(t.params_of(want))
+    assert [c.index for c in t.next_batch(1)] == [want]
+
+
+def test_a_study_with_index_params_is_refused(task, tmp_path):
+    url = f"journal:{tmp_path / 'old.log'}"
+    t = OptunaTuner(task, storage=url, study_name="old")
+    have = dict(t.study.user_attrs["looptune_task"])
+    del have["params"]                                 # as an older looptune wrote it
+    t.study.set_user_attr("looptune_task", have)
+    with pytest.raises(LooptuneError, match="older looptune whose trial params are knob "
+                                            "indices, not values; give a new study_name"):
+        OptunaTuner(task, storage=url, study_name="old")
 
 
 SAMPLERS = ["tpe", "random", "nsga2", "qmc", "cmaes"]
@@ -140,7 +190,7 @@ def test_real_measurement_log_works_with_apply_history_best(tmp_path):
     task = create_task("test_matmul", (16, 16, 16))
     log = tmp_path / "optuna.jsonl"
     t = OptunaTuner(task, seed=0)
-    best = t.tune(6, MeasureOption(n_parallel=2, number=1, repeat=1),
+    best = t.tune(6, MeasureOption(n_parallel=2, number=1, repeat=1, remeasure_top=0),
                   callbacks=[log_to_file(log)])
     recs = load_records(log, task)
     assert len(recs) == 6
@@ -250,54 +300,6 @@ def _two_workers(storage: str, tmp_path, n: int = 20):
 
 def test_two_processes_share_a_journal_storage(tmp_path):
     _two_workers(f"journal:{tmp_path / 'study.journal'}", tmp_path)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def postgres_url():
-    """A throw-away PostgreSQL server (skips when none can be started here)."""
-    initdb, pg_ctl = shutil.which("initdb"), shutil.which("pg_ctl")
-    if not (initdb and pg_ctl) or importlib.util.find_spec("psycopg2") is None:
-        pytest.skip("needs PostgreSQL's initdb/pg_ctl and psycopg2")
-    prefix: list[str] = []
-    if os.geteuid() == 0:                     # initdb refuses root: run it as 'postgres'
-        try:
-            import pwd
-            pw = pwd.getpwnam("postgres")
-        except KeyError:
-            pytest.skip("running as root without a 'postgres' user")
-        prefix = ["runuser", "-u", "postgres", "--"]
-    root = tempfile.mkdtemp(prefix="lt-pg-")
-    os.chmod(root, 0o755)
-    data, sock = os.path.join(root, "data"), os.path.join(root, "sock")
-    os.mkdir(sock)
-    if prefix:
-        for p in (root, sock):
-            os.chown(p, pw.pw_uid, pw.pw_gid)
-    port = _free_port()
-    run = lambda *a: subprocess.run(prefix + list(a), capture_output=True, text=True,  # noqa
-                                    timeout=120)
-    try:
-        r = run(initdb, "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8")
-        if r.returncode:
-            pytest.skip(f"initdb failed: {r.stderr[-300:]}")
-        r = run(pg_ctl, "-D", data, "-w", "-l", os.path.join(root, "log"), "-o",
-                f"-p {port} -k {sock} -c listen_addresses=''", "start")
-        if r.returncode:
-            pytest.skip(f"PostgreSQL did not start: {r.stderr[-300:]}")
-        yield f"postgresql+psycopg2://postgres@/postgres?host={sock}&port={port}"
-        run(pg_ctl, "-D", data, "-m", "immediate", "stop")
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def test_two_processes_share_a_postgresql_storage(postgres_url, tmp_path):
-    _two_workers(postgres_url, tmp_path, n=12)
 
 
 def test_storage_urls_are_checked(task):
