@@ -10,6 +10,7 @@ from ..errors import BuildError, RunError
 from ..lang import dtype as dt
 from ..schedule.lower import LoweredFunc, lower
 from ..schedule.schedule import Schedule
+from .arrays import host_arrays
 from .c_codegen import CSource, generate_c
 from .compiler import check_sanitizer_runtime, compile_shared, flags_for
 from .module import ArgChecker, TimeResult, time_callable
@@ -42,14 +43,18 @@ class CModule:
         return [cast(pt, a.ctypes.data) for pt, a in zip(self._ptr_types, arrays)]
 
     def __call__(self, *arrays: np.ndarray) -> None:
+        arrays, finish = host_arrays(self._checker, arrays)     # torch, DLPack, bfloat16...
         sizes = self._checker.check(arrays)
         rc = self._fn(*self._pointers(arrays), *sizes)
         if rc != 0:
             raise run_error(self.name, rc, self.code.checks)
+        if finish is not None:
+            finish()
 
     def time(self, *arrays: np.ndarray, number: int = 10, repeat: int = 5,
              min_repeat_ms: float = 0, warmup: int = 1) -> TimeResult:
         """Median/mean seconds per call over ``repeat`` repeats of ``number`` calls."""
+        arrays, _ = host_arrays(self._checker, arrays)   # bfloat16 outputs are not written
         sizes = self._checker.check(arrays)
         ptrs = self._pointers(arrays)
         fn = self._fn
