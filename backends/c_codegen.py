@@ -353,12 +353,15 @@ class CCodegen(StmtVisitor):
 
     # ---- the function ------------------------------------------------------------------
 
-    def function(self, f: LoweredFunc, inputs: set[int]) -> CSource:
-        """The C text of ``f``; ``inputs`` are ids of read-only tensors."""
+    def function(self, f: LoweredFunc, inputs: set[int],
+                 may_alias: frozenset[int] = frozenset()) -> CSource:
+        """The C text of ``f``; ``inputs`` are ids of read-only tensors; the parameters at the
+        positions ``may_alias`` are not ``restrict`` (they may point to the same buffer)."""
         params = []
-        for t, b in zip(f.args, f.buffers):
+        for j, (t, b) in enumerate(zip(f.args, f.buffers)):
             const = "const " if id(t) in inputs else ""
-            params.append(f"{const}{dt.c_type(b.dtype)} *restrict {self.buf_name(b)}")
+            restrict = "" if j in may_alias else "restrict "
+            params.append(f"{const}{dt.c_type(b.dtype)} *{restrict}{self.buf_name(b)}")
         for v in f.size_vars:
             params.append(f"int64_t {self.var_name(v)}")
         self.visit(f.body)
@@ -448,11 +451,13 @@ def _minmax_helpers(d: str) -> str:
             f"static inline {c} lt_max_{n}({c} a, {c} b) {{ return a > b ? a : b; }}\n")
 
 
-def generate_c(f: LoweredFunc, threads: int | None = None, bounds_check: bool = False
-               ) -> CSource:
+def generate_c(f: LoweredFunc, threads: int | None = None, bounds_check: bool = False,
+               may_alias: frozenset[int] = frozenset()) -> CSource:
     """C code for one lowered function; ``bounds_check``: data-dependent indices are checked at
-    run time (the target option -bounds-check)."""
+    run time (the target option -bounds-check). Every pointer parameter is ``restrict`` but
+    those at the argument positions ``may_alias``: the caller may pass them one buffer (an
+    in-place elementwise update; see ``build(may_alias=...)``)."""
     from ..lang.tensor import PlaceholderOp
     gen = CCodegen(threads, bounds_check)
     inputs = {id(t) for t in f.args if isinstance(t.op, PlaceholderOp)}
-    return gen.function(f, inputs)
+    return gen.function(f, inputs, frozenset(may_alias))

@@ -38,12 +38,13 @@ class TimeResult:
 class ArgChecker:
     """Checks arrays against declared tensors and binds symbolic sizes from their shapes."""
 
-    def __init__(self, name: str, args, size_vars: list[Var]):
+    def __init__(self, name: str, args, size_vars: list[Var], may_alias=frozenset()):
         self.name = name
         self.args = list(args)
         self.size_vars = list(size_vars)
         self.dtypes = [np.dtype(t.dtype) for t in self.args]
         self.outputs = {k for k, t in enumerate(self.args) if not _is_input(t)}
+        self.may_alias = frozenset(may_alias)      # positions that may share one buffer
 
     def check(self, arrays) -> list[int]:
         """Validate ``arrays``; return the values of the symbolic sizes, in order."""
@@ -66,13 +67,25 @@ class ArgChecker:
                     raise ValueError(f"{self.name}(): argument '{t.name}' must have shape "
                                      f"{self._shape(t, bound)}; got {a.shape} (dimension {d} "
                                      f"is {got}, expected {w})")
+        self.check_overlap(arrays)
+        return [bound[v] for v in self.size_vars]
+
+    def check_overlap(self, arrays) -> None:
+        """No output shares memory with another argument (None: not given), except two
+        positions of ``may_alias`` passed the very same buffer."""
         for k in self.outputs:
             for j, b in enumerate(arrays):
-                if j != k and np.may_share_memory(arrays[k], b):
-                    raise ValueError(f"{self.name}(): output '{self.args[k].name}' shares memory "
-                                     f"with argument '{self.args[j].name}'; pass separate "
-                                     "arrays (in-place updates are not supported)")
-        return [bound[v] for v in self.size_vars]
+                a = arrays[k]
+                if j == k or a is None or b is None or not np.may_share_memory(a, b):
+                    continue
+                if {j, k} <= self.may_alias and _same_buffer(a, b):
+                    continue
+                how = ("the same buffer is allowed, not a partial overlap" if {j, k} <=
+                       self.may_alias else "in-place updates need both named in "
+                       "build(..., may_alias=[...])")
+                raise ValueError(f"{self.name}(): output '{self.args[k].name}' shares memory "
+                                 f"with argument '{self.args[j].name}'; pass separate arrays "
+                                 f"({how})")
 
     def _check_one(self, k, t, a, bound) -> None:
         if not isinstance(a, np.ndarray):
@@ -100,6 +113,12 @@ class ArgChecker:
     def _shape(t, bound) -> tuple:
         return tuple(s if isinstance(s, int) else (bound.get(s, s) if isinstance(s, Var) else s)
                      for s in t.shape)
+
+
+def _same_buffer(a: np.ndarray, b: np.ndarray) -> bool:
+    """Both arrays are the same bytes (start and size)."""
+    return (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+            and a.nbytes == b.nbytes)
 
 
 def _c(n: int) -> Expr:

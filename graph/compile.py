@@ -42,7 +42,9 @@ The interface the whole-model tuner and the exporter build on (``model`` is a
 - ``model.plan``: the :class:`~looptune.graph.memory.MemoryPlan`: ``plan.offsets[value] =
   (offset, nbytes)`` in the arena for every intermediate, ``plan.arena_bytes``,
   ``plan.inplace`` (``(step, input, output)``: an elementwise C kernel whose output shares its
-  dying input's bytes: its arguments alias); graph inputs, weights and graph outputs are not
+  dying input's bytes: its arguments alias, and the kernel was built for it, without
+  ``restrict`` on the pair: ``kernel.module.may_alias`` names its parameters that may share
+  a buffer); graph inputs, weights and graph outputs are not
   in the arena (a graph output that is also a graph input, a weight or repeated is a copy).
 - ``model.weights``: ``{name: numpy array}``, the constants the steps read.
 - ``model.graph``: the graph that was fused (after ``optimize``); ``model.source_graph``: the
@@ -165,7 +167,8 @@ def build_kernels(groups: list[Group], target: Target, records=None
         key = dag_digest(dag.tensors)
         if key not in by_digest:
             by_digest[key] = len(kernels)
-            kernels.append(_build(dag, target, records, _kernel_name(grp, names)))
+            kernels.append(_build(dag, target, records, _kernel_name(grp, names),
+                                  inplace_params(dag)))
         k = by_digest[key]
         kernels[k].groups.append(grp)
         steps.append(Step(grp, k, dag.inputs, dag.outputs))
@@ -182,7 +185,19 @@ def _kernel_name(grp: Group, taken: set[str]) -> str:
     return name
 
 
-def _build(dag: GroupDAG, target: Target, records, name: str) -> Kernel:
+def inplace_params(dag: GroupDAG) -> tuple[int, ...]:
+    """The parameter positions of ``dag``'s kernel that the memory planner may bind to one
+    buffer (the output and the inputs of :func:`elementwise_inplace`): its C function is built
+    without ``restrict`` on them (``build(may_alias=...)``). The same for every group sharing
+    the kernel (an identical DAG)."""
+    step = Step(dag.group, 0, dag.inputs, dag.outputs)
+    pairs = elementwise_inplace(step, dag.group.graph.types)
+    pos = {v: j for j, v in enumerate(dag.args)}
+    return tuple(sorted({pos[v] for pair in pairs for v in pair}))
+
+
+def _build(dag: GroupDAG, target: Target, records, name: str,
+           alias: tuple[int, ...] = ()) -> Kernel:
     """The kernel of ``dag`` for ``target``; an OpenCL target falls back to C per group."""
     if target.kind == "opencl":
         try:
@@ -192,20 +207,22 @@ def _build(dag: GroupDAG, target: Target, records, name: str) -> Kernel:
                         "not take it (%s)", dag.group.index, dag.group.name,
                         str(e).splitlines()[0][:160])
         target = Target.parse("c")
-    return _build_for(dag, target, records, name, gpu=False)
+    return _build_for(dag, target, records, name, gpu=False, alias=alias)
 
 
-def _build_for(dag: GroupDAG, target: Target, records, name: str, gpu: bool) -> Kernel:
+def _build_for(dag: GroupDAG, target: Target, records, name: str, gpu: bool,
+               alias: tuple[int, ...] = ()) -> Kernel:
     """The first schedule of :func:`_schedules` that builds; raises the last failure."""
     from ..backends.build import build
     task = _task(dag, target)
     last: LooptuneError | None = None
+    may_alias = [dag.tensors[j] for j in alias]
     for how, make in _schedules(dag, task, target, records, gpu):
         try:
             s = make()
             if s is None:
                 continue
-            module = build(s, dag.tensors, str(target), name=name)
+            module = build(s, dag.tensors, str(target), name=name, may_alias=may_alias)
             return Kernel(name, task, module, dag, schedule=how, target=str(target))
         except LooptuneError as e:
             log.info("group %d (%s): the %s schedule failed for %s (%s)", dag.group.index,
@@ -292,7 +309,8 @@ def default_schedule(outputs, lanes: int = 8) -> Schedule:
 def elementwise_inplace(step: Step, types) -> list[tuple[str, str]]:
     """The (output, input) pairs ``step`` may compute in place: a C kernel of an elementwise
     or broadcast group with one output, and an input of the output's shape and dtype (every
-    element of it is then read at the index of the element written)."""
+    element of it is then read at the index of the element written, so the kernel, built
+    without ``restrict`` on the pair, is exact over one buffer)."""
     grp = step.group
     if step.kernel is None or len(step.outputs) != 1 or grp.pattern > OpPattern.BROADCAST:
         return []

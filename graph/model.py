@@ -68,11 +68,12 @@ class Model:
         outside = set(g.inputs) | set(g.consts) | set(g.outputs)
         nbytes = {v: g.types[v].nbytes for st in self.steps for v in st.outputs
                   if v not in outside}
-        c_steps = {k for k, st in enumerate(self.steps)
-                   if st.kernel is not None and self.kernels[st.kernel].target.startswith("c")}
-
-        def inplace(k: int):
-            return elementwise_inplace(self.steps[k], g.types) if k in c_steps else []
+        def inplace(k: int):       # the pairs the step's C kernel was built to allow
+            st = self.steps[k]
+            mod = self.kernels[st.kernel].module if st.kernel is not None else None
+            names = set(getattr(mod, "may_alias", ()))
+            ok = {v for v, t in zip(st.args, getattr(mod, "args", ())) if t.name in names}
+            return [(o, i) for o, i in elementwise_inplace(st, g.types) if {o, i} <= ok]
         steps = [(st.inputs, st.outputs) for st in self.steps]
         return plan_memory(steps, nbytes, inplace)
 
@@ -92,9 +93,9 @@ class Model:
         if st.kernel is None:
             return _host_launch(self.graph, st)
         mod = self.kernels[st.kernel].module
-        if not hasattr(mod, "_ffi"):                 # an OpenCL module: its own checked call
+        if not hasattr(mod, "bind"):                 # an OpenCL module: its own checked call
             return lambda env: mod(*[env[v] for v in st.args])
-        return _c_launch(mod, st, self._views)
+        return _c_launch(mod, st, self._views, self.weights)
 
     # ---- running -------------------------------------------------------------------------
 
@@ -153,28 +154,18 @@ class Model:
                 f"target={self.target!r})")
 
 
-def _c_launch(mod, st: Step, views: dict):
-    """A C kernel's call with the arena views' pointers cast once; the per-call ones (inputs,
-    weights, outputs) cast at each call. The arguments were checked when the plan was made
-    (shapes and dtypes are static), so the call goes to the function directly, which also
-    lets an elementwise kernel write in place over an input that dies there."""
-    cast, fn, types = mod._ffi.cast, mod._fn, mod._ptr_types
-    fixed = {j: cast(types[j], views[v].ctypes.data) for j, v in enumerate(st.args)
-             if v in views}
-    for j, v in enumerate(st.args):
-        want = mod.args[j]
-        assert v not in views or (views[v].shape == tuple(want.shape) and
-                                  views[v].dtype == np.dtype(want.dtype)), (v, want)
-    args = st.args
-    name = mod.name
-
-    def launch(env):
-        ptrs = [fixed[j] if j in fixed else cast(types[j], env[v].ctypes.data)
-                for j, v in enumerate(args)]
-        rc = fn(*ptrs)
-        if rc != 0:
-            raise RuntimeError(f"kernel {name}() returned error code {rc}")
-    return launch
+def _c_launch(mod, st: Step, views: dict, weights: dict):
+    """A C kernel's call bound once (``module.bind``): the arena views and weights are fixed
+    and checked when the model is built (shapes and dtypes are static); the graph inputs and
+    outputs of each call are passed without checks (``__call__`` checked the inputs and
+    allocated the outputs). An in-place step binds one buffer to an input and the output,
+    which the kernel was built to allow (``may_alias``)."""
+    fixed = [views.get(v, weights.get(v)) for v in st.args]
+    run = mod.bind(*fixed)
+    free = [v for v, a in zip(st.args, fixed) if a is None]
+    if not free:
+        return lambda env: run()
+    return lambda env: run(*[env[v] for v in free])
 
 
 def _host_launch(graph: Graph, st: Step):
