@@ -144,7 +144,7 @@ class _Worker:
     def __init__(self, name: str, spec: dict, env: dict, workdir: Path):
         self.name = name
         self.err_path = workdir / f"{_KIND[name]}.stderr"
-        self._err = open(self.err_path, "wb")
+        self._err = open(self.err_path, "wb")  # noqa: SIM115 - the worker's stderr, closed in close()
         self.proc = subprocess.Popen([sys.executable, str(_WORKER), json.dumps(spec)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self._err, env=env, text=True, bufsize=1)

@@ -202,6 +202,7 @@ def memory_text(rep: dict) -> str:
 def cmd_bench_model(ns: argparse.Namespace) -> int:
     """Run ``looptune bench MODEL.onnx``."""
     import looptune as lt
+
     from .model_bench import bench_model
     if len(ns.files) != 1:
         raise CLIError(f"bench times one ONNX model at a time; got {len(ns.files)} files "

@@ -120,8 +120,8 @@ class TaskScheduler:
         one), in order. ``round_=False`` for records resumed from a log (not a round)."""
         t = self.tasks[k]
         best = t.best
-        for c in costs:
-            c = float(c)
+        for cost in costs:
+            c = float(cost)
             best = min(best, c if math.isfinite(c) and c > 0 else INF)
             t.curve.append(best)
         if round_:

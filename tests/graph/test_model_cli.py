@@ -11,14 +11,12 @@ import sys
 import time
 from pathlib import Path
 
+import models  # tests/graph/models.py: the ONNX test models
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
-
 from looptune.cli import main
-
-import models   # tests/graph/models.py: the ONNX test models
+from onnx import TensorProto, helper
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -99,7 +97,7 @@ def test_model_file_mistakes(command, tmp_path, capsys):
 
 
 def test_compile_with_a_shape_for_a_symbolic_input(tmp_path, capsys):
-    rc, out, err = _run(capsys, "compile", _symbolic(tmp_path), "--shape", "x=5,3", "-o",
+    rc, _, err = _run(capsys, "compile", _symbolic(tmp_path), "--shape", "x=5,3", "-o",
                         tmp_path / "libsym")
     assert rc == 0, err
     assert "int sym_run(const float *x, float *y);" in (tmp_path / "libsym.h").read_text()
@@ -173,7 +171,7 @@ def _measures(log: Path) -> list[dict]:
 def test_compile_tune_then_resume(residual_onnx, tmp_path, capsys):
     log = tmp_path / "res.jsonl"
     lib = tmp_path / "libres"
-    rc, out, err = _run(capsys, "compile", residual_onnx, "--tune", "--trials", "8", "--log",
+    rc, _, err = _run(capsys, "compile", residual_onnx, "--tune", "--trials", "8", "--log",
                         log, "-o", lib)
     assert rc == 0, err
     assert len(_measures(log)) == 8
@@ -183,7 +181,7 @@ def test_compile_tune_then_resume(residual_onnx, tmp_path, capsys):
     line = _one_line_error(capsys, "compile", residual_onnx, "--tune", "--trials", "8",
                            "--log", log, "-o", lib)
     assert "already holds 8 measurements" in line and "--resume" in line
-    rc, out, err = _run(capsys, "compile", residual_onnx, "--tune", "--trials", "10", "--log",
+    rc, _, err = _run(capsys, "compile", residual_onnx, "--tune", "--trials", "10", "--log",
                         log, "--resume", "-o", lib)
     assert rc == 0, err
     recs = _measures(log)
@@ -207,7 +205,8 @@ def test_compile_tune_killed_and_resumed_loses_nothing(residual_onnx, tmp_path):
     proc.wait()
     before = _measures(log)
     assert 4 <= len(before) < 12
-    done = subprocess.run(cmd + ["--resume"], capture_output=True, text=True, timeout=600)
+    done = subprocess.run(cmd + ["--resume"], capture_output=True, text=True, timeout=600,
+                          check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     after = _measures(log)
     assert after[:len(before)] == before

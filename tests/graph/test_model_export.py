@@ -10,13 +10,11 @@ import subprocess
 import threading
 from pathlib import Path
 
+import looptune as lt
 import numpy as np
 import pytest
-
-import looptune as lt
 from looptune.errors import BuildError
 from looptune.graph.export import export_model
-
 from tune_models import inputs_for, small_cnn, tiny_transformer
 
 _MAIN = r"""
@@ -177,7 +175,7 @@ def test_concurrent_calls_are_serialized_and_correct(transformer_model, tmp_path
 
 
 def test_error_codes_and_their_descriptions(cnn_model, tmp_path):
-    g, model = cnn_model
+    _, model = cnn_model
     paths = export_model(model, tmp_path / "libcodes")
     lib = ctypes.CDLL(str(paths["so"]))
     lib.codes_strerror.restype = ctypes.c_char_p
@@ -227,7 +225,7 @@ def test_user_names_are_made_safe_in_c(tmp_path):
 
 
 def test_prefix_from_the_file_name_or_given(cnn_model, tmp_path):
-    g, model = cnn_model
+    _, model = cnn_model
     paths = export_model(model, tmp_path / "mymodel", prefix="net")
     assert "int net_run(" in paths["h"].read_text()
     assert paths["so"].name == "mymodel.so"
@@ -236,7 +234,7 @@ def test_prefix_from_the_file_name_or_given(cnn_model, tmp_path):
 
 
 def test_a_bad_library_name_or_prefix(cnn_model, tmp_path):
-    g, model = cnn_model
+    _, model = cnn_model
     with pytest.raises(BuildError, match=r"file name must not be empty or hold quotes"):
         export_model(model, tmp_path / 'lib"x')
     with pytest.raises(BuildError, match=r"export_library\(name='2x_run'\): the function name "
@@ -245,7 +243,7 @@ def test_a_bad_library_name_or_prefix(cnn_model, tmp_path):
 
 
 def test_a_step_on_numpy_cannot_be_exported(cnn_model, tmp_path):
-    g, model = cnn_model
+    _, model = cnn_model
     st = model.steps[0]
     broken = dataclasses.replace(st, kernel=None)
     model2 = _with(model, steps=[broken, *model.steps[1:]])
@@ -256,7 +254,7 @@ def test_a_step_on_numpy_cannot_be_exported(cnn_model, tmp_path):
 
 def test_an_opencl_kernel_cannot_be_exported(cnn_model, tmp_path):
     from looptune.backends.target import Target
-    g, model = cnn_model
+    _, model = cnn_model
     k = model.kernels[0]
     fake = type("CLModule", (), {"target": Target.parse("opencl"), "name": k.name})()
     model2 = _with(model, kernels=[dataclasses.replace(k, module=fake, target="opencl"),

@@ -12,14 +12,12 @@ import textwrap
 import time
 from pathlib import Path
 
+import looptune as lt
 import numpy as np
 import pytest
-
-import looptune as lt
 from looptune.errors import GraphError, LooptuneError
 from looptune.graph.tune import ModelTask, extract_tasks, tune_tasks
 from looptune.search import MeasureOption, load_records
-
 from tune_models import inputs_for, twin
 
 FAST = MeasureOption(number=2, repeat=2, timeout=20, n_parallel=2)

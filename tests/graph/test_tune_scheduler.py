@@ -4,7 +4,6 @@ from __future__ import annotations
 import math
 
 import pytest
-
 from looptune.errors import LooptuneError
 from looptune.graph.task_scheduler import TaskScheduler
 
@@ -101,7 +100,7 @@ def test_exploration_share_is_respected_and_goes_to_the_least_tuned_task():
 def test_budget_respected_and_heavier_tasks_get_more_trials():
     costs = [curve(4e-3, 1e-3, 0.3), curve(4e-3, 1e-3, 0.3), curve(4e-3, 1e-3, 0.3)]
     sched = TaskScheduler([1, 2, 8], exploration=0.1)
-    trials, picks = simulate(sched, costs, budget=301, per_round=8)
+    trials, _ = simulate(sched, costs, budget=301, per_round=8)
     assert sum(trials) == 301
     assert trials[2] > trials[1] > trials[0]
 

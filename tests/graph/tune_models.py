@@ -2,9 +2,8 @@
 builder, weights from a fixed seed), importable from a test's subprocess script."""
 from __future__ import annotations
 
-import numpy as np
-
 import looptune as lt
+import numpy as np
 
 
 def twin(size: int = 9, channels: int = 4) -> lt.graph.Graph:
