@@ -24,6 +24,7 @@ from ..lang.simplify import simplify
 from ..lang.tensor import PlaceholderOp
 from ..lang.visitor import substitute
 from ..schedule.lower import LoweredFunc
+from .arrays import host_arrays
 from .compiler import cache_dir
 from .module import ArgChecker, TimeResult
 from .opencl_codegen import CLSource, KernelInfo, generate_opencl
@@ -298,16 +299,20 @@ class CLModule:
         self._queue.finish()
 
     def __call__(self, *arrays: np.ndarray) -> None:
+        arrays, finish = host_arrays(self._checker, arrays)     # torch, DLPack, bfloat16...
         with self._lock:
             launches, bufs = self._prepare(arrays)
             self._enqueue(launches)
             self._download(arrays, bufs)
+        if finish is not None:
+            finish()
 
     def time(self, *arrays: np.ndarray, number: int = 10, repeat: int = 5,
              min_repeat_ms: float = 0, warmup: int = 1) -> TimeResult:
         """Seconds per call of the kernels alone, from OpenCL event profiling (uploads and
         downloads excluded): ``repeat`` repeats of ``number`` calls (raised until a repeat's
         kernels take ``min_repeat_ms``), after ``warmup`` calls. Outputs are written too."""
+        arrays, _ = host_arrays(self._checker, arrays)   # bfloat16 outputs are not written
         with self._lock:
             launches, bufs = self._prepare(arrays)
             if not launches:
