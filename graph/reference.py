@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..backends.arrays import as_host_array
 from ..errors import GraphError
 from .registry import call_of, get_op
 
@@ -33,7 +34,9 @@ def bind_inputs(graph, inputs, named: dict, what: str) -> dict[str, np.ndarray]:
                          f"'{graph.name}'; pass them in order or by name")
     for n in graph.inputs:
         t = graph.types[n]
-        a = np.asarray(env[n])
+        v = env[n]                       # a torch tensor, DLPack, buffer: viewed, not copied
+        a = as_host_array(v, f"{what}: input '{n}'", GraphError) if hasattr(v, "__dlpack__") \
+            else np.asarray(v)
         if a.dtype.name != t.dtype:
             raise GraphError(f"{what}: input '{n}' has dtype {a.dtype}; graph '{graph.name}' "
                              f"declares {t.dtype} (convert with .astype('{t.dtype}'))")
