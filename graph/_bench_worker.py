@@ -90,7 +90,7 @@ class _Python:
                       np.zeros(tuple(int(s) for s in t.shape), t.dtype) for t in mod.args]
             res = mod.time(*arrays, number=1, repeat=5, min_repeat_ms=min_block * 1e3 / 5)
             out.append({"name": kern.name, "schedule": kern.schedule, "calls": calls,
-                        "t": res.median})
+                        "t": res.median, "task": kern.task.name if kern.task else None})
         return out
 
 

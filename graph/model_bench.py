@@ -227,7 +227,13 @@ def bench_model(onnx_path, model, inputs: dict[str, np.ndarray], *, log=None, sh
         if own:
             shutil.rmtree(work, ignore_errors=True)
     mem = model.memory_report()
-    return BenchResult(model.name, res, ks, diff, mem, rounds, threads, [openmp_note(env)])
+    notes = [openmp_note(env)]
+    ours = [(k.name, k.schedule, k.task.name if k.task else None) for k in model.kernels]
+    if ks and ours != [(k["name"], k["schedule"], k.get("task")) for k in ks]:
+        notes.append("the python worker compiled other kernels or schedules than the exported "
+                     "library (did the code or the log change during the run?): compare "
+                     "their rows with care")
+    return BenchResult(model.name, res, ks, diff, mem, rounds, threads, notes)
 
 
 def _max_diff(workers: dict, work: Path) -> float | None:
