@@ -8,7 +8,9 @@ model.memory_report()["arena_bytes"]
 
 The pipeline (in this order): ``lt.graph.optimize(graph, target=target)`` (the pass pipeline
 for the target: a C target's NCHWc block is its vector lanes, OpenCL keeps NCHW; skipped with
-``optimize=False``), :func:`~looptune.graph.fusion.fuse`, then for each group its compute DAG
+``optimize=False``), :func:`~looptune.graph.fusion.empty.drop_empty_values` (a value with a
+size-0 dimension is a constant: no kernel computes it, and Concat/Split drop it),
+:func:`~looptune.graph.fusion.fuse`, then for each group its compute DAG
 (:func:`~looptune.graph.fusion.lower_group`) and its task ``lt.search.auto_task(dag.tensors,
 target)``, named by a digest of the DAG: identical groups (same op sequence, attributes,
 shapes, dtypes) share one task and one kernel. A kernel's schedule is, in order of preference:
@@ -20,8 +22,9 @@ shapes, dtypes) share one task and one kernel. A kernel's schedule is, in order 
    intermediates inlined, the innermost loop of every root stage vectorized, the outer loops
    fused and parallel), and failing that the plain loop nest.
 
-A group whose operator has no tensor-expression compute runs its numpy reference ("host"
-step); a group whose values nobody reads (dead code, with ``optimize=False``) gets no step.
+A group whose operator has no tensor-expression compute, or that still reads an empty tensor,
+runs its numpy reference ("host" step); a group whose values nobody reads (dead code, with
+``optimize=False``) gets no step.
 With ``target="opencl"`` each group is built for OpenCL (log, then fallback schedule of the
 OpenCL sketch) where the sketch and code generator take it; any other group is built for C,
 with one logged warning per group.
@@ -61,6 +64,7 @@ from ..errors import GraphError, LooptuneError, ScheduleError
 from ..lang.tensor import PlaceholderOp
 from ..schedule.schedule import Schedule, create_schedule
 from .fusion import Group, GroupDAG, fuse, lower_group
+from .fusion.empty import drop_empty_values, touches_empty
 from .ir import Graph
 from .registry import OpPattern, get_op
 
@@ -122,6 +126,7 @@ def compile(graph: Graph, target="c", log=None, optimize: bool = True):  # noqa:
                          "g.output(...)")
     records = _records(log)
     g = _optimize(graph, tgt) if optimize else graph
+    g = drop_empty_values(g)
     groups = fuse(g)
     kernels, steps = build_kernels(groups, tgt, records)
     return Model(g, graph, groups, kernels, steps, str(tgt))
@@ -161,6 +166,11 @@ def build_kernels(groups: list[Group], target: Target, records=None
         if any(get_op(n.op_type).compute is None for n in grp.nodes):
             log.info("group %d (%s) runs on numpy: %s has no compute", grp.index, grp.name,
                      grp.master.label)
+            steps.append(Step(grp, None, grp.inputs, grp.outputs))
+            continue
+        if touches_empty(grp):
+            log.info("group %d (%s) runs on numpy: it reads or computes an empty tensor",
+                     grp.index, grp.name)
             steps.append(Step(grp, None, grp.inputs, grp.outputs))
             continue
         dag = lower_group(grp)
