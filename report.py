@@ -37,7 +37,8 @@ class Timing:
 
     @property
     def median(self) -> float:
-        return statistics.median(self.results)
+        """Seconds per call (never 0: a clock tick at least, so ratios stay defined)."""
+        return max(statistics.median(self.results), 1e-9)
 
     @property
     def spread(self) -> float:

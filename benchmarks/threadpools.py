@@ -9,7 +9,10 @@ starts):
   or only numpy's sgemm (``a @ b``), the speed each gets alone;
 - ``mixed``: in one process, ``--rounds`` rounds of looptune kernel, numpy sgemm, looptune
   kernel, each timed right after the other (no sleep in between), as a program that mixes them
-  runs.
+  runs;
+- ``idle``: the CPU time the idle pool threads burn in the 50 ms after one call of each side
+  (spinning): what one library's threads take from the other, a figure that hardly depends on
+  the rest of the machine's load, unlike the times above.
 
 and under each OpenMP policy:
 
@@ -20,9 +23,11 @@ and under each OpenMP policy:
 - ``active``: ``OMP_WAIT_POLICY=active`` (idle threads spin without end);
 - ``spin10k``: ``GOMP_SPINCOUNT=10000`` (a short spin, then sleep).
 
-The table shows each side's median milliseconds per call (with the spread: half the range of
-the rounds' medians, as a percentage) and its ratio to the solo speed under the same policy.
-On a machine shared with other work the figures are noisy: compare ratios, run it twice.
+The table shows each side's median milliseconds per call (with the spread: half the
+interquartile range of the blocks, as a percentage) and its ratio to the solo speed under the
+same policy. ``--n 128 --calls 200`` shows the other side of the trade: with the passive policy
+each parallel region of a tiny kernel first wakes the sleeping threads. On a machine shared with
+other work the figures are noisy: compare ratios, run it twice.
 """
 from __future__ import annotations
 
@@ -66,8 +71,24 @@ def _block(run, calls: int) -> float:
     return statistics.median(ts)
 
 
+IDLE_WINDOW_S = 0.05
+
+
+def _idle_cpu(run) -> float:
+    """CPU seconds that threads other than this one burn in the ``IDLE_WINDOW_S`` after one
+    call of ``run`` while this thread sleeps: the idle pool threads spinning. Unlike a wall
+    time this hardly depends on what else the machine runs (it is what they take from it)."""
+    import time
+    run()
+    p0, t0 = time.process_time(), time.thread_time()
+    time.sleep(IDLE_WINDOW_S)
+    return max(0.0, (time.process_time() - p0) - (time.thread_time() - t0))
+
+
 def child(scenario: str, n: int, rounds: int, calls: int) -> dict:
     """Run one scenario in this process; {"looptune": [s...], "numpy": [s...], "env": ...}."""
+    from looptune.search.jobs import pin_openmp_runtime
+    pin_openmp_runtime()       # spinning threads (the active policy) must not see it unloaded
     ours, theirs = _kernel(n)
     out: dict = {"looptune": [], "numpy": []}
     if scenario == "solo-looptune":
@@ -76,6 +97,10 @@ def child(scenario: str, n: int, rounds: int, calls: int) -> dict:
     elif scenario == "solo-numpy":
         theirs()
         out["numpy"] = [_block(theirs, calls) for _ in range(rounds)]
+    elif scenario == "idle":
+        ours(), theirs()
+        out["looptune"] = [_idle_cpu(ours) for _ in range(rounds)]
+        out["numpy"] = [_idle_cpu(theirs) for _ in range(rounds)]
     else:
         ours(), theirs()
         for _ in range(rounds):
@@ -102,9 +127,10 @@ def _fmt(ts: list[float], solo: float | None) -> str:
     if not ts:
         return "-"
     med = statistics.median(ts)
-    spread = (max(ts) - min(ts)) / 2 / med * 100
+    q = statistics.quantiles(ts, n=4) if len(ts) > 1 else [med, med, med]
+    spread = (q[2] - q[0]) / 2 / med * 100
     ratio = f" ({med / solo:.2f}x solo)" if solo else ""
-    return f"{med * 1e3:8.2f} ms ±{spread:4.1f}%{ratio}"
+    return f"{med * 1e3:9.4f} ms ±{spread:4.1f}%{ratio}"
 
 
 def main() -> None:
@@ -125,12 +151,17 @@ def main() -> None:
         solo_l = run_scenario(policy, "solo-looptune", a)
         solo_n = run_scenario(policy, "solo-numpy", a)
         mixed = run_scenario(policy, "mixed", a)
+        idle = run_scenario(policy, "idle", a)
         sl, sn = statistics.median(solo_l["looptune"]), statistics.median(solo_n["numpy"])
         print(f"\npolicy {policy}: the runtime started with {mixed['env']}")
         print(f"  solo   looptune {_fmt(solo_l['looptune'], None)}   numpy "
               f"{_fmt(solo_n['numpy'], None)}")
         print(f"  mixed  looptune {_fmt(mixed['looptune'], sl)}   numpy "
               f"{_fmt(mixed['numpy'], sn)}")
+        ms = IDLE_WINDOW_S * 1e3
+        print(f"  CPU ms burnt by idle threads in the {ms:.0f} ms after a call: looptune "
+              f"{statistics.median(idle['looptune']) * 1e3:.2f}, numpy "
+              f"{statistics.median(idle['numpy']) * 1e3:.2f}")
 
 
 if __name__ == "__main__":
