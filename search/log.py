@@ -27,20 +27,17 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import functools
 import json
 import logging
 import math
 import os
-import platform
-import re
-import subprocess
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 from ..errors import LooptuneError
+from .hosts import describe_host, host_info, same_host
 from .knobs import jsonable
 from .measure import ErrorKind, MeasureResult
 from .space import ConfigEntity, ConfigSpace
@@ -49,80 +46,6 @@ from .template import DispatchContext, TaskKey, Template, canonical_target, free
 log = logging.getLogger("looptune.search.log")
 
 FORMAT_VERSION = 1
-
-
-@functools.lru_cache(maxsize=1)
-def _machine_info() -> dict[str, Any]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return {"hostname": platform.node(), "cpu": cpu, "ncpu": os.cpu_count(),
-            "machine": platform.machine(), "os": platform.platform(),
-            "python": platform.python_version()}
-
-
-@functools.lru_cache(maxsize=None)
-def resolved_march(cc: str, march: str) -> str:
-    """What ``-march=<march>`` means to compiler ``cc`` here (``native`` -> ``znver3``, ...);
-    ``march`` itself when the compiler does not say."""
-    try:
-        out = subprocess.run([cc, f"-march={march}", "-Q", "--help=target"],
-                             capture_output=True, text=True, timeout=30, check=False).stdout
-        m = re.search(r"^\s*-march=\s+(\S+)", out, re.M)
-        if m:
-            return m.group(1)
-        out = subprocess.run([cc, f"-march={march}", "-###", "-x", "c", "-c", os.devnull],
-                             capture_output=True, text=True, timeout=30, check=False).stderr
-        m = re.search(r'"-target-cpu" "([^"]+)"', out)       # clang
-        return m.group(1) if m else march
-    except (OSError, subprocess.SubprocessError):
-        return march
-
-
-@functools.lru_cache(maxsize=None)
-def host_info(target: str | None = None) -> dict[str, Any]:
-    """Where measurements were taken: host name, CPU model and count, OS, Python; for a C
-    target also its compiler (``cc``, ``cc_version``) and the resolved ``-march``."""
-    info = dict(_machine_info())
-    if target is None:
-        return info
-    from ..backends.target import Target
-    try:
-        t = Target.parse(target)
-    except LooptuneError:
-        return info
-    if t.kind == "c":
-        from ..backends.compiler import compiler_version
-        cc = str(t.options.get("cc", "gcc"))
-        try:
-            info["cc_version"] = compiler_version(cc)
-        except LooptuneError:
-            info["cc_version"] = None
-        info["cc"] = cc
-        info["march"] = resolved_march(cc, str(t.options.get("march", "native")))
-    return info
-
-
-HOST_KEYS = ("cpu", "march")          # what must agree for timings to be comparable
-
-
-def same_host(recorded: dict[str, Any], here: dict[str, Any]) -> bool:
-    """Whether a record's ``host`` is this machine as far as timings go: the same CPU model
-    and resolved ``-march`` (fields a record lacks, as in older logs, are not compared)."""
-    return all(recorded.get(k) in (None, "") or here.get(k) in (None, "")
-               or recorded.get(k) == here.get(k) for k in HOST_KEYS)
-
-
-def describe_host(h: dict[str, Any]) -> str:
-    """``"AMD EPYC 7B13, -march=znver3"`` (what a warning names)."""
-    cpu = h.get("cpu") or "an unknown CPU"
-    return f"{cpu}, -march={h['march']}" if h.get("march") else str(cpu)
 
 
 def _version() -> str:
@@ -450,7 +373,9 @@ def _merge(recs: list[Record]) -> Record:
     if len(recs) == 1:
         return recs[0]
     kind = "remeasure" if any(r.kind == "remeasure" for r in recs) else "measure"
-    return dataclasses.replace(recs[-1], costs=[r.cost for r in recs], kind=kind, noise=None)
+    steps = next((r.steps for r in reversed(recs) if r.steps is not None), None)
+    return dataclasses.replace(recs[-1], costs=[r.cost for r in recs], kind=kind, noise=None,
+                               steps=steps)
 
 
 def best_by_task(records: Iterable[Record]) -> dict[TaskKey, list[Record]]:
