@@ -25,14 +25,14 @@ _KDL_CPU = 1
 _DEVICES = {2: "CUDA", 3: "CUDA host (pinned)", 4: "OpenCL", 7: "Vulkan", 8: "Metal",
             9: "VPI", 10: "ROCm", 11: "ROCm host", 12: "ext_dev", 13: "CUDA managed",
             14: "oneAPI", 15: "WebGPU", 16: "Hexagon", 17: "MAIA"}
-ACCEPTED = ("a numpy.ndarray or an array exposing DLPack (__dlpack__), the array interface "
-            "or the buffer protocol on the CPU (a torch tensor, np.from_dlpack's sources, a "
-            "memoryview)")
+ACCEPTED = ("pass a numpy array, or an array that exposes its CPU memory through DLPack "
+            "(__dlpack__: a torch tensor), the array interface or the buffer protocol")
 
 
-def as_host_array(obj, what: str, error: type[Exception] = TypeError) -> np.ndarray:
+def as_host_array(obj, what: str, error: type[Exception] | None = None) -> np.ndarray:
     """``obj`` as a numpy array over its own memory (no copy). ``what`` names the argument in
-    errors (``"f(): argument 'A'"``); a type that exposes no CPU memory raises ``error``."""
+    errors (``"f(): argument 'A'"``): TypeError for an object that exposes no memory numpy
+    can view, ValueError for memory on another device; or ``error`` for both."""
     if isinstance(obj, np.ndarray):
         return obj
     if hasattr(obj, "__dlpack__"):
@@ -42,17 +42,19 @@ def as_host_array(obj, what: str, error: type[Exception] = TypeError) -> np.ndar
     try:
         view = memoryview(obj)
     except TypeError:
-        raise error(f"{what} must be {ACCEPTED}; got {type(obj).__name__}") from None
+        raise (error or TypeError)(f"{what} must be a numpy.ndarray; got "
+                                   f"{type(obj).__name__}; {ACCEPTED}") from None
     return np.asarray(view)
 
 
-def _from_dlpack(obj, what: str, error: type[Exception]) -> np.ndarray:
+def _from_dlpack(obj, what: str, error: type[Exception] | None) -> np.ndarray:
     device = obj.__dlpack_device__() if hasattr(obj, "__dlpack_device__") else (_KDL_CPU, 0)
     kind, index = int(device[0]), int(device[1])
     if kind != _KDL_CPU:
         name = _DEVICES.get(kind, f"DLPack device type {kind}")
-        raise ValueError(f"{what} is in {name} memory (device {index}); the function runs on "
-                         "the CPU: pass a CPU array (e.g. tensor.cpu())")
+        raise (error or ValueError)(f"{what} is in {name} memory (device {index}); the "
+                                    "function runs on the CPU: pass a CPU array (e.g. "
+                                    "tensor.cpu())")
     try:
         return np.from_dlpack(obj)
     except (BufferError, RuntimeError, TypeError, ValueError) as e:
@@ -60,8 +62,8 @@ def _from_dlpack(obj, what: str, error: type[Exception]) -> np.ndarray:
         if "bfloat16" in str(getattr(obj, "dtype", "")):
             hint = ("; numpy reads no bfloat16 through DLPack: pass "
                     "t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)")
-        raise error(f"{what}: numpy cannot view this {type(obj).__name__} through DLPack "
-                    f"({e}){hint}") from None
+        raise (error or TypeError)(f"{what}: numpy cannot view this {type(obj).__name__} "
+                                   f"through DLPack ({e}){hint}") from None
 
 
 def is_bfloat16(a: np.ndarray) -> bool:
@@ -85,8 +87,9 @@ def host_arrays(checker, arrays) -> tuple[list, Callable[[], None] | None]:
         return out, None
 
     def write_back() -> None:
-        for orig, wide in back:
-            orig[...] = wide.astype(orig.dtype)   # float32 -> bfloat16, nearest, ties to even
+        with np.errstate(invalid="ignore", over="ignore"):     # NaN and inf are values here
+            for orig, wide in back:
+                orig[...] = wide.astype(orig.dtype)   # float32 -> bfloat16, nearest, ties even
     return out, write_back
 
 

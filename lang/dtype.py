@@ -23,7 +23,11 @@ def canonical(dtype) -> str:
     except TypeError:
         name = None
     if name not in _C_TYPES:
-        raise LangError(f"unknown dtype {dtype!r}; use one of {', '.join(SUPPORTED)}")
+        bf16 = name == "bfloat16" or str(dtype) == "bfloat16"   # storage: backends/arrays.py
+        raise LangError(f"unknown dtype {dtype!r}; use one of {', '.join(SUPPORTED)}" + (
+            "; for bfloat16 declare the tensor float32 (kernels compute in float32) and pass "
+            "ml_dtypes.bfloat16 arrays to the built function: it converts them at the call"
+            if bf16 else ""))
     return name
 
 
