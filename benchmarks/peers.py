@@ -1,0 +1,388 @@
+"""looptune against its peers, measured so that the figure holds (shared/BENCHMARKS.md).
+
+    python benchmarks/peers.py [--rounds 3] [--only sgemm,blur] [--threads 2] [--log T.jsonl]
+                               [--quick] [--json out.json]
+
+Workloads (issue 19): sgemm 1024^3 f32, conv2d 1x64x56x56 -> 64 3x3 pad 1, softmax and
+layernorm over rows of 4096 x 1024, the two-stage 3x3 blur of 4096^2 (``--quick``: small sizes,
+to check that everything runs end to end).
+
+Systems: numpy (always; the examples' ``reference`` functions: OpenBLAS sgemm, im2col +
+tensordot, ...), PyTorch eager (when ``import torch`` works), Halide (when ``import halide``
+works; the pipelines and hand schedules of ``peers_halide.py``), looptune's hand schedules from
+``examples/`` (every operator of the example file: ``conv2d`` and ``conv2d_nchwc``) and, with
+``--log``, the best tuned or auto-scheduled config the logs hold. A system that cannot be
+imported is listed as skipped with the reason.
+
+Method: every measurement runs in a fresh process (thread pools of different libraries slow
+each other down in one process), with every library's thread count set to ``--threads``
+(looptune: the target ``c -threads=N``); each process warms up, times blocks of calls of at
+least 20 ms, and reports the median per call, then checks its output against the numpy
+reference (after timing, so that numpy's BLAS threads do not run beside the timed kernel).
+Rounds run the measurements in a shuffled order; the table shows each one's median over the
+rounds and "vs best peer" = (best peer's time) / (best looptune time): above 1.10 meets the
+issue's goal. Absolute times move +-50% between minutes on shared VMs: compare ratios of one run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+EXAMPLES = HERE.parent / "examples"
+
+# workload -> (example file, full-size args, --quick args); args in the example's order
+WORKLOADS = {
+    "sgemm": ("matmul.py", (1024, 1024, 1024), (256, 256, 256)),
+    "conv2d": ("conv2d.py", (1, 64, 56, 56, 64, 3, 3, 1, 1), (1, 16, 28, 28, 16, 3, 3, 1, 1)),
+    "softmax": ("softmax.py", (4096, 1024), (256, 1024)),
+    "layernorm": ("layernorm.py", (4096, 1024), (256, 1024)),
+    "blur": ("blur.py", (4096, 4096), (512, 512)),
+}
+PEERS = ("numpy", "halide", "torch")
+HALIDE_VARIANTS = {"blur": ("inline", "tiled")}
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "HL_NUM_THREADS")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One measurement: a workload on a system (variant: an operator, a Halide schedule)."""
+
+    workload: str
+    system: str           # numpy | torch | halide | looptune-hand | looptune-tuned
+    variant: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.system}:{self.variant}" if self.variant else self.system
+
+
+@dataclass
+class Result:
+    times: list[float] = field(default_factory=list)   # one median per round
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.times) if self.times else None
+
+
+# ---- inputs, references and timing (in the worker) ------------------------------------------
+
+
+def _operators(workload: str):
+    from looptune.operators import load_operators
+    return load_operators(str(EXAMPLES / WORKLOADS[workload][0]))
+
+
+def _inputs(workload: str, args: tuple):
+    """The workload's input arrays (seeded) and its output array, numpy only."""
+    import numpy as np
+    rng = np.random.default_rng(0)
+
+    def f32(*shape, lo=0.0, hi=1.0):
+        return rng.uniform(lo, hi, shape).astype(np.float32)
+    if workload == "sgemm":
+        N, M, K = args
+        return [f32(N, K, lo=-1), f32(K, M, lo=-1)], np.empty((N, M), np.float32)
+    if workload == "conv2d":
+        N, C, H, W, K, KH, KW, st, pad = args
+        OH, OW = (H + 2 * pad - KH) // st + 1, (W + 2 * pad - KW) // st + 1
+        return [f32(N, C, H, W), f32(K, C, KH, KW, lo=-0.5, hi=0.5)], \
+            np.empty((N, K, OH, OW), np.float32)
+    if workload == "softmax":
+        return [f32(*args, lo=-8, hi=8)], np.empty(args, np.float32)
+    if workload == "layernorm":
+        N, D = args
+        return [f32(N, D, lo=-3, hi=5), f32(D), f32(D)], np.empty((N, D), np.float32)
+    H, W = args
+    return [f32(H + 2, W + 2)], np.empty((H, W), np.float32)
+
+
+def _time(run, min_block_s: float, repeat: int) -> float:
+    """Median seconds per call: ``repeat`` blocks of calls, each at least ``min_block_s``."""
+    for _ in range(2):
+        run()
+    t0 = time.perf_counter()
+    run()
+    one = max(time.perf_counter() - t0, 1e-7)
+    number = max(1, int(min_block_s / one))
+    per_call = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            run()
+        per_call.append((time.perf_counter() - t0) / number)
+    return statistics.median(per_call)
+
+
+def _torch_call(workload: str, args: tuple, inputs, output):
+    """The torch eager call; it returns its result (a new tensor, as a torch user gets it,
+    or ``output`` itself where torch offers ``out=``)."""
+    import torch
+    import torch.nn.functional as F
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1)))
+    t = [torch.from_numpy(a) for a in inputs]
+    if workload == "sgemm":
+        out = torch.from_numpy(output)
+        return lambda: torch.mm(t[0], t[1], out=out)
+    if workload == "conv2d":
+        return lambda: F.conv2d(t[0], t[1], stride=args[7], padding=args[8])
+    if workload == "softmax":
+        return lambda: torch.softmax(t[0], dim=1)
+    if workload == "layernorm":
+        (op,) = _operators("layernorm")
+        eps = sys.modules[op.reference.__module__].EPS      # the example's epsilon
+        return lambda: F.layer_norm(t[0], (args[1],), t[1], t[2], eps)
+
+    def blur():
+        x = t[0]
+        bx = (x[:, :-2] + x[:, 1:-1] + x[:, 2:]) / 3
+        return (bx[:-2] + bx[1:-1] + bx[2:]) / 3
+    return blur
+
+
+def _looptune_call(job: Job, args: tuple, inputs, output, threads: int, logs: list[str]):
+    import looptune as lt
+    from looptune.operators import instantiate
+    (op,) = [o for o in _operators(job.workload) if o.name == job.variant]
+    if job.system == "looptune-tuned":
+        s, tensors, how = instantiate(op, args, logs, "c")
+    else:
+        (s, tensors), how = op.hand_schedule(*args), "hand schedule"
+    f = lt.build(s, tensors, target=f"c -threads={threads}", name=op.c_name)
+    arrays = [*inputs, output]
+    return (lambda: f(*arrays)), how
+
+
+def worker(job: Job, args: tuple, threads: int, logs: list[str], quick: bool) -> dict:
+    """Build, time and check one job in this (fresh) process."""
+    inputs, output = _inputs(job.workload, args)
+    (op, *_) = _operators(job.workload)
+    reference = op.reference_for(args)
+    note = ""
+    if job.system == "numpy":
+        run = lambda: reference(*inputs)
+    elif job.system == "torch":
+        run = _torch_call(job.workload, args, inputs, output)
+    elif job.system == "halide":
+        import peers_halide
+        kw = {"variant": job.variant} if job.variant else {}
+        run = peers_halide.BUILDERS[job.workload](args, inputs, output, **kw)
+    else:
+        run, note = _looptune_call(job, args, inputs, output, threads, logs)
+    seconds = _time(run, 0.005 if quick else 0.02, 3 if quick else 7)
+    if job.system != "numpy":
+        res = run()
+        got = output if res is None else res.numpy() if job.system == "torch" else res
+        _check(job, got, reference(*inputs))
+    return {"seconds": seconds, "note": note}
+
+
+def _check(job: Job, got, want) -> None:
+    import numpy as np
+    if not np.allclose(got, want, rtol=1e-3, atol=1e-3):
+        err = float(np.nanmax(np.abs(got.astype(np.float64) - want)))
+        raise RuntimeError(f"{job.label} on {job.workload}: the output differs from numpy's "
+                           f"(max abs error {err:.3g}); its time is not reported")
+
+
+# ---- the driver ------------------------------------------------------------------------------
+
+
+def probe(module: str) -> str | None:
+    """None when ``import module`` works in a fresh process, else the reason it does not."""
+    proc = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True,
+                          text=True, check=False)
+    if proc.returncode == 0:
+        return None
+    last = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+    return f"`import {module}` failed: {last}"
+
+
+def make_jobs(workloads: list[str], logs: list[str], skipped: dict[str, str]) -> list[Job]:
+    jobs = []
+    for w in workloads:
+        jobs.append(Job(w, "numpy"))
+        if "torch" not in skipped:
+            jobs.append(Job(w, "torch"))
+        if "halide" not in skipped:
+            jobs += [Job(w, "halide", v) for v in HALIDE_VARIANTS.get(w, ("",))]
+        names = [op.name for op in _operators(w)]
+        jobs += [Job(w, "looptune-hand", n) for n in names]
+        if logs:
+            jobs += [Job(w, "looptune-tuned", n) for n in names]
+    return jobs
+
+
+def run_job(job: Job, opts) -> dict:
+    """One measurement in a fresh process: {"seconds", "note"} or {"error"}."""
+    env = dict(os.environ, **{v: str(opts.threads) for v in THREAD_VARS})
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker",
+           json.dumps([job.workload, job.system, job.variant]), "--threads", str(opts.threads)]
+    cmd += ["--quick"] if opts.quick else []
+    for lg in opts.log:
+        cmd += ["--log", lg]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False,
+                              timeout=opts.timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {opts.timeout} s"}
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+        return {"error": tail[:300]}
+    return json.loads(lines[-1])
+
+
+def cpu_model() -> str:
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
+    except OSError:
+        out = ""
+    info = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
+    name = info.get("Model name", "unknown CPU").strip()
+    flags = info.get("Flags", "").split()
+    simd = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "SSE/other"
+    return f"{name}, {info.get('CPU(s)', '?').strip()} CPUs, {simd}"
+
+
+def measure(jobs: list[Job], opts) -> dict[Job, Result]:
+    results = {j: Result() for j in jobs}
+    rng = random.Random(opts.seed)
+    for rnd in range(opts.rounds):
+        order = list(jobs)
+        rng.shuffle(order)
+        for job in order:
+            out = run_job(job, opts)
+            res = results[job]
+            if "error" in out:
+                res.errors.append(out["error"])
+                print(f"  round {rnd + 1}: {job.workload} {job.label}: {out['error']}",
+                      file=sys.stderr)
+            else:
+                res.times.append(out["seconds"])
+                if opts.verbose:
+                    print(f"  round {rnd + 1}: {job.workload} {job.label}: "
+                          f"{out['seconds'] * 1e3:.3f} ms", file=sys.stderr)
+    return results
+
+
+def _best(results: dict[Job, Result], workload: str, systems: tuple[str, ...]):
+    """(median seconds, job) of the fastest job of ``systems`` on ``workload``, or None."""
+    cands = [(r.median, j) for j, r in results.items()
+             if j.workload == workload and j.system in systems and r.median is not None]
+    return min(cands, key=lambda c: c[0]) if cands else None
+
+
+def _cell(results, workload: str, systems: tuple[str, ...], skipped: dict[str, str]) -> str:
+    best = _best(results, workload, systems)
+    if best is None:
+        if all(s in skipped for s in systems):
+            return "skipped"
+        errs = [r for j, r in results.items() if j.workload == workload and j.system in systems]
+        return "error" if any(r.errors for r in errs) else "-"
+    t, job = best
+    many = sum(1 for j in results if j.workload == workload and j.system in systems) > 1
+    return f"{t * 1e3:.3f}" + (f" ({job.variant})" if many and job.variant else "")
+
+
+def table(results: dict[Job, Result], workloads: list[str], skipped: dict[str, str],
+          with_tuned: bool) -> str:
+    cols = ["workload", "numpy ms", "Halide hand ms", "torch ms", "looptune hand ms"]
+    cols += ["looptune tuned ms"] if with_tuned else []
+    cols.append("looptune vs best peer")
+    rows = [cols, ["---"] * len(cols)]
+    for w in workloads:
+        row = [f"{w} {'x'.join(map(str, opts_args(w)))}"]
+        row += [_cell(results, w, (s,), skipped) for s in PEERS]
+        lt_systems = ("looptune-hand",) + (("looptune-tuned",) if with_tuned else ())
+        row += [_cell(results, w, (s,), skipped) for s in lt_systems]
+        peer, mine = _best(results, w, PEERS), _best(results, w, lt_systems)
+        if peer and mine:
+            ratio = peer[0] / mine[0]
+            row.append(f"{ratio:.2f}x vs {peer[1].system}" + (" (goal 1.10x met)"
+                                                            if ratio >= 1.10 else ""))
+        else:
+            row.append("-")
+        rows.append(row)
+    return "\n".join("| " + " | ".join(r) + " |" for r in rows)
+
+
+_ARGS: dict[str, tuple] = {}
+
+
+def opts_args(workload: str) -> tuple:
+    return _ARGS[workload]
+
+
+def parse(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=3, help="shuffled rounds (default 3)")
+    p.add_argument("--only", default="", help=f"comma-separated subset of {', '.join(WORKLOADS)}")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                   help="threads of every system (default: all CPUs)")
+    p.add_argument("--log", action="append", default=[], help="tuning log(s): also time the "
+                   "best tuned / auto-scheduled config of each example")
+    p.add_argument("--quick", action="store_true", help="small sizes: a check that all runs")
+    p.add_argument("--json", help="also write every measurement to this JSON file")
+    p.add_argument("--timeout", type=float, default=900, help="seconds per measurement")
+    p.add_argument("--seed", type=int, default=0, help="seed of the shuffled order")
+    p.add_argument("-v", "--verbose", action="store_true", help="print every measurement")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    opts = p.parse_args(argv)
+    if opts.rounds < 1 or opts.threads < 1:
+        p.error(f"--rounds and --threads must be at least 1; got --rounds {opts.rounds} "
+                f"--threads {opts.threads}")
+    only = [w for w in opts.only.split(",") if w]
+    bad = [w for w in only if w not in WORKLOADS]
+    if bad:
+        p.error(f"--only: unknown workload(s) {', '.join(bad)}; choose from "
+                f"{', '.join(WORKLOADS)}")
+    opts.workloads = only or list(WORKLOADS)
+    for w, (_, full, quick) in WORKLOADS.items():
+        _ARGS[w] = quick if opts.quick else full
+    return opts
+
+
+def main(argv=None) -> int:
+    opts = parse(argv)
+    if opts.worker:
+        w, system, variant = json.loads(opts.worker)
+        print(json.dumps(worker(Job(w, system, variant), _ARGS[w], opts.threads, opts.log,
+                                opts.quick)))
+        return 0
+    skipped = {m: r for m in ("torch", "halide") if (r := probe(m))}
+    jobs = make_jobs(opts.workloads, opts.log, skipped)
+    print(f"CPU: {cpu_model()}; threads per system: {opts.threads}; {opts.rounds} shuffled "
+          f"round(s) of {len(jobs)} measurements, each in a fresh process", flush=True)
+    results = measure(jobs, opts)
+    print(table(results, opts.workloads, skipped, bool(opts.log)))
+    print("\n(ms: median over rounds of each process's median per call; a looptune or Halide "
+          "cell names the fastest variant when there are several)")
+    for m, reason in skipped.items():
+        print(f"{m}: skipped: {reason}")
+    for j, r in results.items():
+        if r.errors:
+            print(f"{j.workload} {j.label}: failed in {len(r.errors)} round(s): {r.errors[-1]}")
+    if opts.json:
+        Path(opts.json).write_text(json.dumps({
+            "cpu": cpu_model(), "threads": opts.threads, "rounds": opts.rounds,
+            "skipped": skipped,
+            "results": [{"workload": j.workload, "system": j.system, "variant": j.variant,
+                         "args": _ARGS[j.workload], "times": r.times, "errors": r.errors}
+                        for j, r in results.items()]}, indent=1))
+    return 0 if any(r.times for r in results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
