@@ -5,6 +5,7 @@ model = lt.graph.compile(g)
 outs = model(xin)                 # positional in the graph's input order, or model(x=xin)
 print(model)                      # the steps: group, kernel, arguments
 model.memory_report()
+print(model.profile(xin))         # seconds per step, slowest first, and the call overhead
 ```
 
 The arena (every intermediate value, see :mod:`looptune.graph.memory`) is allocated once, when
@@ -15,7 +16,10 @@ to run them at once).
 """
 from __future__ import annotations
 
+import statistics
 import threading
+import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,6 +29,9 @@ from .ir import Graph
 from .memory import ALIGNMENT, MemoryPlan, plan_memory
 from .reference import bind_inputs
 from .registry import call_of, get_op
+
+if TYPE_CHECKING:
+    from .profile import ModelProfile
 
 
 class Model:
@@ -49,6 +56,10 @@ class Model:
                        for v, (off, nbytes) in self.plan.offsets.items()}
         self._launches = [self._launch(st) for st in steps]
         self._lock = threading.Lock()
+        g = graph
+        self._fixed_env = {**g.consts, **self._views}
+        self._written = list(dict.fromkeys(v for v in g.outputs if v not in g.consts
+                                           and v not in source_graph.inputs))
 
     # ---- building ------------------------------------------------------------------------
 
@@ -102,27 +113,65 @@ class Model:
     def __call__(self, *inputs, **named) -> list[np.ndarray]:
         """Run the model: inputs positional (the graph's order) or by name; returns the
         outputs as a list of new arrays. Inputs are checked (names, shapes, dtypes)."""
+        env, outs = self._bind(inputs, named)
+        with self._lock:
+            for launch in self._launches:
+                launch(env)
+            return self._results(env, outs)
+
+    def _bind(self, inputs, named) -> tuple[dict, dict]:
+        """The value environment of one call (inputs checked, C-contiguous; weights; arena
+        views; fresh arrays for the outputs the steps write) and those output arrays."""
         given = inputs[0] if len(inputs) == 1 and isinstance(inputs[0], dict) else list(inputs)
         env = bind_inputs(self.source_graph, given, named, f"model '{self.name}'")
         env = {k: a if a.flags.c_contiguous else np.array(a, order="C")     # 0-d stays 0-d
                for k, a in env.items()}
         g = self.graph
-        outs = {}
-        for v in g.outputs:
-            if v not in outs and v not in env and v not in g.consts:
-                outs[v] = np.empty(g.types[v].shape, g.types[v].dtype)
-        env.update(g.consts)
-        env.update(self._views)
+        outs = {v: np.empty(g.types[v].shape, g.types[v].dtype) for v in self._written}
+        env.update(self._fixed_env)
         env.update(outs)
-        with self._lock:
-            for launch in self._launches:
-                launch(env)
-            result = []
-            for v in g.outputs:
-                a = env[v]
-                result.append(a if outs.get(v) is a and not any(a is r for r in result)
-                              else np.array(a))
+        return env, outs
+
+    def _results(self, env: dict, outs: dict) -> list[np.ndarray]:
+        result = []
+        for v in self.graph.outputs:
+            a = env[v]
+            result.append(a if outs.get(v) is a and not any(a is r for r in result)
+                          else np.array(a))
         return result
+
+    def profile(self, *inputs, repeat: int = 10, warmup: int = 1, **named) -> ModelProfile:
+        """Where a call's time goes: the model runs ``warmup`` then ``repeat`` times on these
+        inputs with each step timed alone (its kernel or numpy reference, in place, on the
+        call's real data), then ``repeat`` whole calls are timed; medians. The result's
+        ``steps`` are per-step times, ``call_seconds`` a whole call, ``overhead_seconds`` what
+        a call costs beyond its steps (input checks, output arrays, dispatch); ``print(prof)``
+        shows a table, slowest steps first."""
+        from .profile import ModelProfile, StepTime
+        if repeat < 1 or warmup < 0:
+            raise GraphError(f"model '{self.name}'.profile(repeat={repeat}, warmup={warmup}): "
+                             "repeat must be at least 1 and warmup at least 0")
+        env, outs = self._bind(inputs, named)
+        times: list[list[float]] = [[] for _ in self._launches]
+        clock = time.perf_counter
+        with self._lock:
+            for r in range(warmup + repeat):
+                for k, launch in enumerate(self._launches):
+                    t0 = clock()
+                    launch(env)
+                    if r >= warmup:
+                        times[k].append(clock() - t0)
+        calls = []
+        for _ in range(repeat):
+            t0 = clock()
+            self(*inputs, **named)
+            calls.append(clock() - t0)
+        steps = [StepTime(k, st.group.name, self._kernel_of(st), statistics.median(ts))
+                 for k, (st, ts) in enumerate(zip(self.steps, times))]
+        return ModelProfile(self.name, self.target, steps, statistics.median(calls), repeat)
+
+    def _kernel_of(self, st: Step):
+        return self.kernels[st.kernel] if st.kernel is not None else None
 
     def memory_report(self) -> dict:
         """The memory plan as data: ``arena_bytes`` (planned), ``naive_bytes`` (the sum of
