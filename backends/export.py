@@ -84,7 +84,7 @@ def _target_doc(variants: list[_Variant], cc: str, stem: str) -> list[str]:
         march = variants[0].march
         resolved = None
         if march == "native":
-            from ..search.log import resolved_march
+            from ..search.hosts import resolved_march
             resolved = resolved_march(cc, march)
         return [f" * Target: {c_comment(describe(march, resolved))}.", *lines]
     levels = ", ".join(v.march for v in variants)
@@ -189,7 +189,7 @@ def export_library(modules, path, cc: str | None = None, march=None) -> dict[str
             if k in ("O", "fast-math")}
     parallel = any(m.uses_parallel for v in variants for m in v.mods if m.target.kind == "c")
     for v in variants:
-        predefined_macros(cc, v.march)        # a clear error for a march the compiler lacks
+        _check_march(cc, v.march)
         v.codes = [m.code if m.target.kind == "c" else host_source(m) for m in v.mods]
         v.flags = flags_for({**opts, "march": v.march}, parallel)
     runtime = runtime_source(stem, cl_mods[0].target) if cl_mods else None
@@ -209,6 +209,19 @@ def export_library(modules, path, cc: str | None = None, march=None) -> dict[str
                          f"({e.strerror}); got the path {str(path)!r}; export to a writable "
                          "directory, with a shorter file name") from None
     return out
+
+
+def _check_march(cc: str, march: str) -> None:
+    """BuildError unless compiler ``cc`` generates code for ``-march=<march>``."""
+    try:
+        predefined_macros(cc, march)
+    except BuildError as e:
+        if march not in LEVELS:
+            raise
+        raise BuildError(f"export_library: march {march} is an x86-64 level, and '{cc}' does "
+                         "not compile for it (a compiler for another architecture, or older "
+                         "than gcc 11 / clang 12); export with march='native' or another "
+                         f"compiler (cc=...); the compiler said: {e}") from None
 
 
 def _variants(modules, levels: list[str] | None) -> list[_Variant]:

@@ -311,3 +311,15 @@ def test_cli_export_one_level_and_bad_march(tmp_path, capsys):
     assert main(["export", MATMUL, "--march", "haswell", "-o", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--march: unknown march 'haswell'" in err[0]
+
+
+def test_export_names_a_compiler_without_the_level(tmp_path):
+    """A compiler that rejects -march=x86-64-v2 (another architecture's, or an old one)."""
+    cc = tmp_path / "oldcc"
+    cc.write_text('#!/bin/sh\nfor a in "$@"; do case $a in -march=x86-64*) '
+                  'echo "error: bad value for -march" >&2; exit 1;; esac; done\n'
+                  'exec gcc "$@"\n')
+    cc.chmod(0o755)
+    with pytest.raises(lt.BuildError, match=r"march x86-64-v2 is an x86-64 level, and '.*oldcc' "
+                                            r"does not compile for it .*bad value for -march"):
+        lt.export_library(_matmul(), tmp_path / "libold", cc=str(cc), march="x86-64-v2")
