@@ -21,7 +21,8 @@ model = lt.graph.compile(g, log="tiny.jsonl")
 5. When the budget is spent, the best configs of each task that got new trials are measured
    again (``measure_option.remeasure_top`` of them, in interleaved rounds; these records are
    of kind ``remeasure`` and are not trials), so that a task's best is not one lucky
-   measurement; ``remeasure_top=0`` skips it.
+   measurement; ``remeasure_top=0`` skips it. With a time budget the rounds stop at 90% of
+   it and the re-measure takes the rest (the tasks that weigh most in the model first).
 
 Workers: the measurement processes (builders and a runner) of the two tasks tuned last stay
 up between their rounds (starting them costs about a second); others are stopped.
@@ -48,6 +49,8 @@ from ..search.tuners import TUNERS, make_tuner
 from .task_scheduler import Pick, TaskScheduler
 
 log = logging.getLogger("looptune.graph.tune")
+
+ROUNDS_SHARE = 0.9      # of a time budget for the rounds; the rest for the final re-measure
 
 
 @dataclass
@@ -354,15 +357,23 @@ class _Run:
         self.open.append(s)
 
     def _remeasure(self) -> None:
-        """The final re-measure of each task that got new trials in this call."""
-        for s in self.sessions:
-            if s.tuner.trials > s.resumed and s.tuner.best is not None and \
-                    s.round_option is not s.option:
-                self._activate(s)
-                s.remeasure(self.callbacks)
-                if s.interrupted:
-                    self.stopped = "interrupted"
-                    return
+        """The final re-measure of each task that got new trials in this call, the largest
+        contributors to the model latency first; with a time budget, only while it lasts."""
+        todo = [k for k, s in enumerate(self.sessions)
+                if s.tuner.trials > s.resumed and s.tuner.best is not None and
+                s.round_option is not s.option]
+        todo.sort(key=lambda k: -self.sched.tasks[k].weight * self.sched.tasks[k].best)
+        for k in todo:
+            s = self.sessions[k]
+            if self.seconds is not None and time.monotonic() - self.t0 >= self.seconds:
+                log.info("tune: the time budget is spent; %d tasks keep their best without a "
+                         "re-measure", len(todo) - todo.index(k))
+                return
+            self._activate(s)
+            s.remeasure(self.callbacks)
+            if s.interrupted:
+                self.stopped = "interrupted"
+                return
 
     def _why_stop(self) -> str:
         if self.guard.stopped or any(s.interrupted for s in self.open):
@@ -370,7 +381,7 @@ class _Run:
         if self.trials is not None and self.used() >= self.trials:
             return f"trial budget of {self.trials} reached"
         if self.seconds is not None and self.rounds and \
-                time.monotonic() - self.t0 >= self.seconds:
+                time.monotonic() - self.t0 >= self.seconds * ROUNDS_SHARE:
             return f"time budget of {self.seconds:g} s reached"
         return ""
 
