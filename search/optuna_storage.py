@@ -208,19 +208,21 @@ def warnings_off() -> Iterator[None]:
 
 @contextlib.contextmanager
 def storage_errors(study) -> Iterator[None]:
-    """Database errors while tuning (the server went away) as one StorageError line."""
+    """Database errors while tuning (the server went away) as one StorageError line. Optuna
+    wraps those met while writing in a StorageInternalError; the cause tells."""
+    from optuna.exceptions import StorageInternalError
     from sqlalchemy.exc import OperationalError
     try:
         yield
-    except OperationalError as e:
+    except (OperationalError, StorageInternalError) as e:
+        cause = e.__cause__ if isinstance(e, StorageInternalError) else e
         storage = getattr(study, "_storage", None)
         url = getattr(getattr(storage, "_backend", storage), "url", None)
-        from sqlalchemy.engine import make_url
-        u = make_url(url) if isinstance(url, str) else None
-        if u is None:
-            raise StorageError(f"the database of study '{study.study_name}' failed: "
-                               f"{str(getattr(e, 'orig', e)).strip().splitlines()[0]}") from None
-        err = server_error(u, e)
+        if isinstance(cause, OperationalError) and isinstance(url, str):
+            err = str(server_error(_parse(url), cause))
+        else:
+            detail = str(getattr(cause, "orig", None) or cause or e).strip()
+            err = f"the database failed: {detail.splitlines()[0] if detail else type(e).__name__}"
         raise StorageError(f"lost the study '{study.study_name}': {err}; the log keeps every "
                            "result so far (tune again with --resume)") from None
 

@@ -120,10 +120,16 @@ class PgServer:
                 fh.write(f"\nport = {self.port}\nlisten_addresses = '127.0.0.1'\n"
                          "unix_socket_directories = ''\nfsync = off\n"
                          "synchronous_commit = off\nfull_page_writes = off\n")
-            r = self._run("pg_ctl", "-D", self.data, "-l", self.logfile, "-w", "-t", "60",
-                          "start", check=attempt == 2)
-            if r.returncode == 0:
+            if self._launch(check=attempt == 2).returncode == 0:
                 return
+
+    def _launch(self, check: bool = True) -> subprocess.CompletedProcess:
+        return self._run("pg_ctl", "-D", self.data, "-l", self.logfile, "-w", "-t", "60",
+                         "start", check=check)
+
+    def restart(self) -> None:
+        """Start the server again after :meth:`stop` (same data, same port)."""
+        self._launch()
 
     def stop(self) -> None:
         if os.path.exists(os.path.join(self.data, "postmaster.pid")):

@@ -169,8 +169,27 @@ def test_failed_candidates_become_failed_trials(task, fake_measure):
     assert all(tr.value == pytest.approx(tr.user_attrs["gflops"]) for tr in ok)
 
 
+def _small_task():
+    """16 configs, each a different program (the tuner measures every one)."""
+    from looptune.search import template
+
+    @template("test_optuna_small16")
+    def small16(cfg, n):
+        A = lt.placeholder((n, n), "float32", name="A")
+        B = lt.compute((n, n), lambda i, j: A[i, j] * 2.0, name="B")
+        s = lt.create_schedule(B)
+        i, j = s[B].op.axis
+        cfg.define_split("tile_i", i, num_outputs=2)
+        cfg.define_split("tile_j", j, num_outputs=2)
+        cfg["tile_i"].apply(s, B, i)
+        cfg["tile_j"].apply(s, B, j)
+        return s, [A, B]
+    return create_task("test_optuna_small16", (8,))
+
+
 def test_duplicates_are_told_not_measured(fake_measure):
-    small = create_task("test_faulty", (8,))                # 16 configs
+    small = _small_task()
+    assert len(small.config_space) == 16
     t = OptunaTuner(small, seed=0)
     fm = fake_measure(t, lambda i: 1e-3 + i * 1e-6)
     best = t.tune(100, MeasureOption(n_parallel=2))

@@ -209,6 +209,22 @@ def test_trials_in_postgresql_carry_knob_values(pg_url, fake_measure):
         assert again.index_of_params(tr.params) == cfg.index
 
 
+def test_a_server_lost_while_tuning_is_one_clear_error(pg_server, pg_url, fake_measure):
+    task = create_task("test_matmul", (16, 16, 16))
+    t = OptunaTuner(task, storage=pg_url, study_name="lost", seed=0)
+    fake_measure(t, lambda i: 1e-4)
+    pg_server.stop()
+    try:
+        with pytest.raises(StorageError, match=rf"lost the study 'lost': cannot open the "
+                                               rf"PostgreSQL database at 127\.0\.0\.1:"
+                                               rf"{pg_server.port} .*; the log keeps every "
+                                               rf"result so far \(tune again with --resume\)"):
+            t.tune(4, __import__("looptune").search.MeasureOption(n_parallel=2))
+    finally:
+        pg_server.restart()
+    assert OptunaTuner(task, storage=pg_url, study_name="lost").study.study_name == "lost"
+
+
 @pytest.mark.slow
 def test_two_cli_workers_share_one_study(pg_url, tmp_path):
     op = _op_file(tmp_path)
@@ -257,7 +273,7 @@ def test_a_worker_killed_with_9_loses_nothing_and_a_third_resumes(pg_url, tmp_pa
     logs = {k: tmp_path / f"{k}.jsonl" for k in ("a", "b", "c")}
     a = subprocess.Popen(_tune_cmd(op, pg_url, logs["a"], 200), env=env,
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    b = subprocess.Popen(_tune_cmd(op, pg_url, logs["b"], 5), env=env,
+    b = subprocess.Popen(_tune_cmd(op, pg_url, logs["b"], 3), env=env,
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     _wait_for_records(logs["a"], task, 3, a)
     os.kill(a.pid, signal.SIGKILL)
