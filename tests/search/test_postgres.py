@@ -176,6 +176,19 @@ def _has_psycopg() -> bool:
     return importlib.util.find_spec("psycopg") is not None
 
 
+def test_without_binaries_the_fixture_skips_or_fails_as_asked(monkeypatch):
+    import pg_fixture
+    monkeypatch.setattr(pg_fixture.shutil, "which", lambda name: None)
+    monkeypatch.setattr(pg_fixture.glob, "glob", lambda pattern: [])
+    assert pg_fixture.find_bindir() is None
+    monkeypatch.delenv(pg_fixture.REQUIRE_ENV, raising=False)
+    with pytest.raises(pytest.skip.Exception, match="install Debian's postgresql"):
+        pg_fixture.pg_server.__wrapped__().__next__()
+    monkeypatch.setenv(pg_fixture.REQUIRE_ENV, "1")
+    with pytest.raises(pytest.fail.Exception, match="the PostgreSQL tests must run here"):
+        pg_fixture.pg_server.__wrapped__().__next__()
+
+
 # ---- a real server ----------------------------------------------------------------------------
 
 
