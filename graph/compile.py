@@ -7,8 +7,10 @@ model.memory_report()["arena_bytes"]
 ```
 
 The pipeline (in this order): ``lt.graph.optimize(graph, target=target)`` (the pass pipeline
-for the target: a C target's NCHWc block is its vector lanes, OpenCL keeps NCHW; skipped with
-``optimize=False``), :func:`~looptune.graph.fusion.empty.drop_empty_values` (a value with a
+for the target: a C target's NCHWc block is its vector lanes, OpenCL keeps NCHW) and
+:func:`~looptune.graph.fusion.prepack.prepack_weights` (constant weights a kernel would read
+transposed, such as Gemm's B with transB=1, stored transposed once), both skipped with
+``optimize=False``; :func:`~looptune.graph.fusion.empty.drop_empty_values` (a value with a
 size-0 dimension is a constant: no kernel computes it, and Concat/Split drop it),
 :func:`~looptune.graph.fusion.fuse`, then for each group its compute DAG
 (:func:`~looptune.graph.fusion.lower_group`) and its task ``lt.search.auto_task(dag.tensors,
@@ -65,6 +67,7 @@ from ..lang.tensor import PlaceholderOp
 from ..schedule.schedule import Schedule, create_schedule
 from .fusion import Group, GroupDAG, fuse, lower_group
 from .fusion.empty import drop_empty_values, touches_empty
+from .fusion.prepack import prepack_weights
 from .ir import Graph
 from .registry import OpPattern, get_op
 
@@ -125,7 +128,7 @@ def compile(graph: Graph, target="c", log=None, optimize: bool = True):  # noqa:
         raise GraphError(f"compile: graph '{graph.name}' has no outputs; mark them with "
                          "g.output(...)")
     records = _records(log)
-    g = _optimize(graph, tgt) if optimize else graph
+    g = prepack_weights(_optimize(graph, tgt)) if optimize else graph
     g = drop_empty_values(g)
     groups = fuse(g)
     kernels, steps = build_kernels(groups, tgt, records)

@@ -151,7 +151,7 @@ class Model:
         if repeat < 1 or warmup < 0:
             raise GraphError(f"model '{self.name}'.profile(repeat={repeat}, warmup={warmup}): "
                              "repeat must be at least 1 and warmup at least 0")
-        env, outs = self._bind(inputs, named)
+        env, _ = self._bind(inputs, named)
         times: list[list[float]] = [[] for _ in self._launches]
         clock = time.perf_counter
         with self._lock:
