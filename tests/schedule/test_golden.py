@@ -58,8 +58,21 @@ def softmax_rows():
     return w, s
 
 
+def blur_two_y_outer():
+    """blur_x, computed at blur_y's y.outer, splits its own y: two distinct loops called
+    y.outer, one inside the other (the printer shows the inner one as y.outer#2)."""
+    w = blur(19, 23)
+    s = w.schedule()
+    by, bx = w["blur_y"], w["blur_x"]
+    y, x = s[by].op.axis
+    yo, yi = s[by].split(y, factor=8)
+    s[bx].compute_at(s[by], yo)
+    s[bx].split(s[bx].op.axis[0], factor=4)
+    return w, s
+
+
 CASES = {"tiled_matmul": tiled_matmul, "blur_compute_at": blur_compute_at,
-         "softmax": softmax_rows}
+         "softmax": softmax_rows, "blur_two_y_outer": blur_two_y_outer}
 
 
 @pytest.mark.parametrize("name", CASES)
