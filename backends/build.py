@@ -47,7 +47,7 @@ class CModule:
         self._ffi, self._lib = _load(str(lib_path), _cffi_decl(func))
         self._fn = getattr(self._lib, func.name)
         self._ptr_types = [f"{_CFFI_TYPES.get(t.dtype, dt.c_type(t.dtype))} *" for t in func.args]
-        self._buf_types = [t[:-2] + "[]" for t in self._ptr_types]
+        self._buf_types = [self._ffi.typeof(t[:-2] + "[]") for t in self._ptr_types]
         self._size_at = _size_locations(func)
 
     def _pointers(self, arrays) -> list:
@@ -131,14 +131,19 @@ class BoundCall:
         self._sizes = [(free_pos.get(j), d, None if j in free_pos else arrays[j].shape[d])
                        for j, d in module._sizes_at()]
         self._fn, self._buf = module._fn, buf
+        if not self._slots:                  # everything fixed: one tuple, no per-call work
+            self._args = tuple(self._args) + tuple(v for _, _, v in self._sizes)
 
     def __call__(self, *free: np.ndarray) -> None:
-        args = list(self._args)
-        for j, t, a in zip(self._slots, self._types, free):
-            args[j] = self._buf(t, a)
-        if self._sizes:
-            args += [v if m is None else free[m].shape[d] for m, d, v in self._sizes]
-        rc = self._fn(*args)
+        if not self._slots:
+            rc = self._fn(*self._args)
+        else:
+            args = list(self._args)
+            for j, t, a in zip(self._slots, self._types, free):
+                args[j] = self._buf(t, a)
+            if self._sizes:
+                args += [v if m is None else free[m].shape[d] for m, d, v in self._sizes]
+            rc = self._fn(*args)
         if rc != 0:
             m = self.module
             raise run_error(m.name, rc, m.code.checks)
