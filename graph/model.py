@@ -54,10 +54,10 @@ class Model:
         base = (-self._arena.ctypes.data) % ALIGNMENT
         self._views = {v: self._view(base + off, nbytes, graph.types[v])
                        for v, (off, nbytes) in self.plan.offsets.items()}
+        self._fixed_env = {**graph.consts, **self._views}
         self._launches = [self._launch(st) for st in steps]
         self._lock = threading.Lock()
         g = graph
-        self._fixed_env = {**g.consts, **self._views}
         self._written = list(dict.fromkeys(v for v in g.outputs if v not in g.consts
                                            and v not in source_graph.inputs))
 
@@ -102,10 +102,11 @@ class Model:
     def _launch(self, st: Step):
         """How to run one step: a function of the call's value environment."""
         if st.kernel is None:
-            return _host_launch(self.graph, st)
+            return _host_launch(self.graph, st, self._fixed_env)
         mod = self.kernels[st.kernel].module
         if not hasattr(mod, "bind"):                 # an OpenCL module: its own checked call
-            return lambda env: mod(*[env[v] for v in st.args])
+            fixed = self._fixed_env
+            return lambda env: mod(*[env[v] if v in env else fixed[v] for v in st.args])
         return _c_launch(mod, st, self._views, self.weights)
 
     # ---- running -------------------------------------------------------------------------
@@ -120,22 +121,21 @@ class Model:
             return self._results(env, outs)
 
     def _bind(self, inputs, named) -> tuple[dict, dict]:
-        """The value environment of one call (inputs checked, C-contiguous; weights; arena
-        views; fresh arrays for the outputs the steps write) and those output arrays."""
+        """The values that change from call to call (the inputs, checked and C-contiguous;
+        fresh arrays for the outputs the steps write), and those output arrays."""
         given = inputs[0] if len(inputs) == 1 and isinstance(inputs[0], dict) else list(inputs)
         env = bind_inputs(self.source_graph, given, named, f"model '{self.name}'")
         env = {k: a if a.flags.c_contiguous else np.array(a, order="C")     # 0-d stays 0-d
                for k, a in env.items()}
         g = self.graph
         outs = {v: np.empty(g.types[v].shape, g.types[v].dtype) for v in self._written}
-        env.update(self._fixed_env)
-        env.update(outs)
+        env.update(outs)               # weights and arena views: bound once, in _fixed_env
         return env, outs
 
     def _results(self, env: dict, outs: dict) -> list[np.ndarray]:
         result = []
         for v in self.graph.outputs:
-            a = env[v]
+            a = env[v] if v in env else self._fixed_env[v]
             result.append(a if outs.get(v) is a and not any(a is r for r in result)
                           else np.array(a))
         return result
@@ -217,21 +217,21 @@ def _c_launch(mod, st: Step, views: dict, weights: dict):
     return lambda env: run(*[env[v] for v in free])
 
 
-def _host_launch(graph: Graph, st: Step):
-    """A group without a compute: its nodes' numpy references, results copied into place."""
+def _host_launch(graph: Graph, st: Step, fixed: dict):
+    """A group without a compute: its nodes' numpy references, results copied into place
+    (``fixed``: the weights and arena views; the call's values are in its environment)."""
     calls = [(call_of(graph, n), get_op(n.op_type).reference, n) for n in st.group.nodes]
     outs = set(st.outputs)
 
     def launch(env):
-        local = dict(env)
+        local = {**fixed, **env}
         for ctx, ref, node in calls:
             vals = ref(ctx, [local[i] if i else None for i in node.inputs])
             for v, a in zip(node.outputs, vals):
                 if not v:
                     continue
                 if v in outs:
-                    np.copyto(env[v], np.asarray(a, dtype=env[v].dtype))
-                    local[v] = env[v]
+                    np.copyto(local[v], np.asarray(a, dtype=local[v].dtype))
                 else:
                     local[v] = np.asarray(a)
     return launch
