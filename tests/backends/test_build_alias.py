@@ -18,7 +18,7 @@ def _ew(n=37, name="ew"):
     Y = lt.placeholder((n,), "float32", name="Y")
     Z = lt.compute((n,), lambda i: lt.exp(X[i]) * 0.5 + Y[i], name="Z")
     s = lt.create_schedule([Z])
-    xo, xi = s[Z].split(Z.op.axis[0], factor=8)
+    _, xi = s[Z].split(Z.op.axis[0], factor=8)
     s[Z].vectorize(xi)
     return s, (X, Y, Z)
 
