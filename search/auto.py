@@ -7,41 +7,50 @@ f = lt.build(s, [A, B, C])
 
 :func:`auto_task` turns the build arguments (placeholders and outputs, in call order) into a
 :class:`~looptune.search.task.Task` whose template is a *sketch* of each stage, after Ansor's
-rules, simplified:
+rules. Op patterns decide (:mod:`.auto_rules`), the CPU rules apply them (:mod:`.auto_cpu`):
 
 - an injective (reduction-free) intermediate stage is inlined into its readers or computed at
-  root (knob ``<stage>.inline``; inlining a stencil's producer recomputes it, so both stay);
+  root (knob ``<stage>.inline``; first choice: inlined, except a padding feeding a
+  contraction, or a math-heavy value read twice, as softmax's exponentials);
 - a *contraction* (a reduction whose body multiplies loads, with at least two spatial loops
-  longer than 1: matmul, batch matmul, conv2d) gets multi-level tiling: every spatial loop
-  split in two, the inner loops forming a register tile accumulated in a ``local``
-  cache_write buffer computed inside the fused, parallel outer loops (knob ``cache``); an
-  elementwise output reading it alone (bias, activation: an epilogue) takes the tiled loops
-  instead, and the contraction is computed per tile into it (fused, no extra pass; a chain of
-  elementwise intermediates between them, each read by the next alone, as a fused group's
-  bias then activation, is inlined into that output); every
-  reduction loop split in two; the order of the reduction loops around the tile, unrolling
-  (the tile rows or the inner reduction) and the vector width of the innermost spatial loop
-  are knobs;
+  longer than 1: matmul, batch matmul, conv2d) gets multi-level tiling, S-R-S-R-S: each tiled
+  loop split into parallel, middle and register levels (knobs ``tile<k>``: register tile,
+  ``mid<k>``: tiles per parallel iteration), each reduction loop into a K-block and a
+  micro-kernel loop (``red<k>``); the register tile accumulates in a ``local`` cache_write
+  buffer (``cache``) computed per tile, or per parallel iteration with the K-blocks outside
+  the middle tiles (``order``: "tile" / "kblock"); its rows unrolled (``unroll``, also the
+  micro-kernel's K loop), its vector loop vectorized; an operand may be packed into a
+  contiguous panel (``pack``: ``cache_read`` at the parallel loop or the K-block);
+- an *epilogue*: a chain of elementwise/broadcast stages after a contraction (bias, then
+  activation, scaling; a transpose, through its index map), each the only reader of the one
+  before, ending at an output: the chain is inlined into the output, which takes the tiled
+  loops, and the contraction is computed per tile into it; a contraction that is an output
+  itself keeps its own tiles, and what reads it runs as its own stage;
 - a row statistic or row-wise intermediate (softmax's max, exponentials and sum; a
   normalisation's mean and variance) may be computed per row of the elementwise output that
-  alone reads it (knob ``<stage>.at``: ``root`` or ``row``), the row reductions rfactored over
-  vector lanes (knob ``<stage>.lanes``); the output then runs row by row, rows in parallel;
-- any other stage (elementwise, transpose, row reductions, pooling, stencils): the innermost
-  spatial loop split by a vector width (tails allowed) and the inner part vectorized — moved
-  inside the reduction, where there is one, so the lanes are independent outputs (knob
-  ``vec``) — the loop above it split too, for 2-D tiles (knob ``rows``; a transpose wants
-  them), and the outer spatial loops fused and parallel.
+  alone reads it (``<stage>.at``: ``row`` first, or ``root``); the output then runs row by row,
+  rows in parallel;
+- the rfactor rule: a reduction along contiguous memory (row norms, a GEMV against a
+  transposed weight, global pools) or with a narrow output accumulates vector-wide partials
+  (``<stage>.lanes``: lanes of an rfactor, 1 for none), then combines them;
+- any other stage (elementwise, transpose, pooling, stencils): the innermost spatial loop split
+  by a vector width (``width``; tails allowed) and vectorized — inside the reduction, where
+  there is one, so the lanes are independent outputs (``vec``) — the loop above it split too
+  for 2-D tiles (``rows``; a transpose's first choice), the outer loops fused and parallel.
+
+Register tiles, panels and widths are sized from the target's vector lanes
+(``Target.vector_lanes``) and the parallel loop from its threads: the task is named
+``auto_<digest of the DAG, sketch version and machine>``, so a log of one definition resumes
+and applies to the same definition on the same kind of machine only; worker processes get the
+DAG itself (pickled), as no module defines it.
 
 For an OpenCL target (``auto_task(tensors, target="opencl")``) each root stage instead gets
-one work-item per output element: the last two spatial loops split into work-groups x
-work-items (knobs ``tx``, ``ty``), the reduction loops in each work-item (split, the inner
-part optionally unrolled), accumulating in private memory (knob ``cache``, or in the fused
-epilogue's tile).
+one work-item per output element (:mod:`.auto_gpu`).
 
-The first choice of every knob gives a valid schedule (the fallback); other combinations
-that the schedule primitives refuse are recorded as invalid candidates. The task is named
-``auto_<digest of the DAG>``, so a log of one definition resumes and applies to the same
-definition only; worker processes get the DAG itself (pickled), as no module defines it.
+The first choice of every knob gives a valid schedule (the fallback, meant to be a good one:
+the graph compiler builds it for every fused group it has no tuning record for); other
+combinations that the schedule primitives refuse are recorded as invalid candidates.
+Canonical configs (:mod:`.programs`) make each program one config, measured once.
 """
 from __future__ import annotations
 
@@ -52,16 +61,27 @@ from collections.abc import Sequence
 
 from ..backends.target import Target
 from ..errors import LooptuneError, ScheduleError
-from ..lang.expr import BinKind, Const
 from ..lang.tensor import ComputeOp, PlaceholderOp, Tensor
-from ..lang.visitor import ExprVisitor, collect_loads
 from ..schedule.schedule import Schedule, _topo_ops, create_schedule
+from . import auto_cpu as cpu
+from . import auto_gpu as gpu_rules
+from .auto_rules import (
+    Machine,
+    epilogue,
+    is_contraction,
+    machine_of,
+    materialize_first,
+    plan_tiles,
+    readers_through_inlined,
+    row_consumers,
+)
 from .task import Task
 from .template import _REGISTRY, Template
 from .tuners import TUNERS, make_tuner
 
-SKETCH_VERSION = 3     # 2: row statistics computed per row of their output
+SKETCH_VERSION = 4     # 2: row statistics computed per row of their output
                       # 3: epilogue chains (contraction -> bias -> activation)
+                      # 4: multi-level tiling, packing, the rfactor rule, sized by the machine
 
 # ---- the DAG ---------------------------------------------------------------------------------
 
@@ -93,9 +113,11 @@ def _check_args(tensors) -> list[Tensor]:
     return out
 
 
-def dag_digest(tensors: Sequence[Tensor]) -> str:
+def dag_digest(tensors: Sequence[Tensor], machine: Machine | None = None) -> str:
     """A digest of the computation (ops in order: names, shapes, dtypes, bodies) and of the
-    argument order: equal for equal definitions, in any process."""
+    argument order: equal for equal definitions, in any process. With ``machine`` (what the
+    tiles are sized for), a task name: another vector width or thread count is another
+    space."""
     outputs = [t for t in tensors if not isinstance(t.op, PlaceholderOp)]
     lines = []
     ids = {}
@@ -108,36 +130,12 @@ def dag_digest(tensors: Sequence[Tensor]) -> str:
         lines.append(f"{t.name}|{list(t.shape)}|{t.dtype}|{body}|{red}")
     lines.append("args:" + ",".join(str(ids.get(id(t.op), -1)) for t in tensors))
     lines.append(f"sketch:{SKETCH_VERSION}")     # a new sketch's space: a new task
+    if machine is not None:
+        lines.append(f"machine:{machine}")
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
 
 
 # ---- the sketch ------------------------------------------------------------------------------
-
-def _extent(iv) -> int:
-    e = iv.extent
-    return int(e.value) if isinstance(e, Const) else int(e)
-
-
-class _MulOfLoads(ExprVisitor):
-    def __init__(self):
-        self.found = False
-
-    def visit_BinOp(self, e):
-        if e.op is BinKind.MUL and collect_loads(e.a) and collect_loads(e.b):
-            self.found = True
-        super().visit_BinOp(e)
-
-
-def is_contraction(op) -> bool:
-    """A reduction multiplying loads, with at least two spatial loops longer than 1."""
-    if not isinstance(op, ComputeOp) or not op.reduce_axis:
-        return False
-    if len(_long_axes(op)) < 2:
-        return False
-    v = _MulOfLoads()
-    v.visit(op.body.source)
-    return v.found
-
 
 def _knob_prefix(name: str, used: set[str]) -> str:
     base, k = name, 1
@@ -148,359 +146,92 @@ def _knob_prefix(name: str, used: set[str]) -> str:
     return name
 
 
-def sketch(cfg, tensors: list[Tensor], gpu: bool = False) -> tuple[Schedule, list[Tensor]]:
+def sketch(cfg, tensors: list[Tensor], gpu: bool = False,
+           machine: Machine | None = None) -> tuple[Schedule, list[Tensor]]:
     """The auto template: a schedule of ``tensors``' computation for config ``cfg``
-    (``gpu``: bound to OpenCL work-groups and work-items instead of parallel/vector loops).
+    (``gpu``: bound to OpenCL work-groups and work-items instead of parallel/vector loops;
+    ``machine``: vector width and threads the tiles are sized for, the C target's default).
 
     Every knob is defined before any is read (a config space is the same for every config),
     from the compute ops' loops; then the choices are applied."""
+    machine = machine or machine_of("opencl" if gpu else "c")
     outputs = [t for t in tensors if not isinstance(t.op, PlaceholderOp)]
     s = create_schedule(outputs)
     out_ids = {id(t) for t in outputs}
     stages = [st for st in s.stages if isinstance(st.op, ComputeOp)]
     used: set[str] = set()
     names = {id(st): _knob_prefix(st.name, used) for st in stages}
-    epilogue = {}                  # contraction stage -> the elementwise output it feeds
-    chained: list = []             # elementwise stages between them: always inlined
-    for st in stages:
-        if is_contraction(st.op):
-            end, chain = _epilogue_chain(s, st, out_ids)
-            if end is not None:
-                epilogue[id(st)] = end
-                chained += chain
-    fused = {id(r) for r in epilogue.values()} | {id(c) for c in chained}
+    epis = {id(st): e for st in stages if is_contraction(st.op)
+            and (e := epilogue(s, st, out_ids)) is not None}
+    chained = [c for e in epis.values() for c in e.chain]
+    fused = {id(e.out) for e in epis.values()} | {id(c) for c in chained}
     inlinable = [st for st in stages if id(st.tensor) not in out_ids and not st.op.reduce_axis
                  and id(st) not in fused]
     rooted = [st for st in reversed(stages) if id(st) not in fused]
-    per_row = _row_consumers(s, stages, outputs, fused)
+    per_row = {} if gpu else row_consumers(s, stages, outputs, fused)
+    plans = {id(st): plan_tiles(st.op, machine) for st in rooted
+             if not gpu and is_contraction(st.op)}
+    lanes: set[int] = set()          # stages with a knob <stage>.lanes (the rfactor rule)
     # 1. the knobs
     for st in inlinable:
-        cfg.define_knob(f"{names[id(st)]}.inline", [True, False])
+        first = not materialize_first(s, st)
+        cfg.define_knob(f"{names[id(st)]}.inline", [first, not first])
     for st in stages:
-        if id(st) in per_row:
-            _row_knobs(cfg, st.op, names[id(st)])
+        if id(st) in per_row and cpu.row_knobs(cfg, st.op, names[id(st)], machine):
+            lanes.add(id(st))
     for st in rooted:
+        name = names[id(st)]
         if gpu:
-            _gpu_knobs(cfg, st.op, names[id(st)], is_contraction(st.op) and
-                       id(st) not in epilogue)
-        elif is_contraction(st.op):
-            _contraction_knobs(cfg, st.op, names[id(st)], id(st) in epilogue)
-        else:
-            _simple_knobs(cfg, st.op, names[id(st)])
+            gpu_rules.gpu_knobs(cfg, st.op, name, is_contraction(st.op) and id(st) not in epis)
+        elif id(st) in plans:
+            cpu.contraction_knobs(cfg, name, plans[id(st)], id(st) in epis)
+        elif cpu.simple_knobs(cfg, st.op, name, machine, lanes=id(st) not in per_row):
+            lanes.add(id(st))
     # 2. the choices
     for st in chained:
         st.compute_inline()
     for st in inlinable:
         if cfg[f"{names[id(st)]}.inline"].val:
             st.compute_inline()
-    # computed per row of their output: consumers decide first, as a stage can be computed
-    # per row only if each of its readers is that output or computed per row too (else its
-    # knob is ignored and it stays at root)
+    at_row = _rows_attached(cfg, s, stages, per_row, names)
+    attached = {id(p) for ps in at_row.values() for p in ps}
+    for st in rooted:
+        if st.attach[0] == "inline" or id(st) in attached:
+            continue
+        name = names[id(st)]
+        if gpu:
+            gpu_rules.gpu_bind(cfg, s, st.tensor, name, is_contraction(st.op), epis.get(id(st)))
+        elif id(st) in plans:
+            cpu.tile_contraction(cfg, s, st.tensor, name, plans[id(st)], epis.get(id(st)))
+        elif id(st) in at_row:
+            cpu.per_row(cfg, s, st.tensor, names, at_row[id(st)], lanes)
+        else:
+            cpu.vectorize_parallel(cfg, s, st.tensor, name, id(st) in lanes)
+    return s, tensors
+
+
+def _rows_attached(cfg, s: Schedule, stages, per_row: dict, names: dict) -> dict:
+    """Output stage -> its stages computed per row, in order. Consumers decide first, as a
+    stage can be computed per row only if each of its readers is that output or computed
+    per row too (else its knob is ignored and it stays at root)."""
     attached: set[int] = set()
     for st in reversed(stages):
         if id(st) in per_row and st.attach[0] != "inline" and \
                 cfg[f"{names[id(st)]}.at"].val == "row" and \
-                all(r is per_row[id(st)] or id(r) in attached for r in _readers(s, st)):
+                all(r is per_row[id(st)] or id(r) in attached
+                    for r in readers_through_inlined(s, st)):
             attached.add(id(st))
-    at_row: dict[int, list] = {}       # output stage -> its stages computed per row, in order
+    at_row: dict[int, list] = {}
     for st in stages:
         if id(st) in attached:
             at_row.setdefault(id(per_row[id(st)]), []).append(st)
-    for st in rooted:
-        if st.attach[0] == "inline" or id(st) in attached:
-            continue
-        if gpu:
-            _gpu_bind(cfg, s, st.tensor, names[id(st)], epilogue.get(id(st)))
-        elif is_contraction(st.op):
-            _tile_contraction(cfg, s, st.tensor, names[id(st)], epilogue.get(id(st)))
-        elif id(st) in at_row:
-            _per_row(cfg, s, st.tensor, names, at_row[id(st)])
-        else:
-            _vectorize_parallel(cfg, s, st.tensor, names[id(st)])
-    return s, tensors
-
-
-def _row_consumers(s: Schedule, stages, outputs, fused) -> dict:
-    """Stages that may be computed per row of an output (knob ``<stage>.at``), mapped to it:
-    row statistics and row-wise intermediates (softmax's max, exponentials and sum; a
-    normalisation's mean and variance) of an elementwise output, the only output reading
-    them, whose shape is theirs plus a last axis, or theirs. Computed at that output's row
-    loop, such a stage reads its inputs once per row while they are in cache, instead of
-    a whole pass over memory per stage."""
-    out = {}
-    cpu_outputs = [s[t] for t in outputs]
-    for st in stages:
-        if st.is_output or id(st) in fused or is_contraction(st.op):
-            continue
-        readers = [o for o in cpu_outputs if s._reads_transitively(o, st)]
-        if len(readers) != 1:
-            continue
-        o = readers[0]
-        if o.op.reduce_axis or id(o) in fused or len(o.op.axis) < 2:
-            continue
-        shape, oshape = [_extent(a) for a in st.op.axis], [_extent(a) for a in o.op.axis]
-        if shape in (oshape, oshape[:-1]):
-            out[id(st)] = o
-    return out
-
-
-def _readers(s: Schedule, st) -> list:
-    """The stages reading ``st``, looking through inlined ones."""
-    out = []
-    for r in s.readers(st):
-        out += _readers(s, r) if r.attach[0] == "inline" else [r]
-    return out
-
-
-def _row_knobs(cfg, op, name: str) -> None:
-    cfg.define_knob(f"{name}.at", ["root", "row"])
-    if _has_lanes(op):
-        cfg.define_knob(f"{name}.lanes", [16, 8, 1])     # rfactor lanes of the row reduction
-
-
-def _has_lanes(op) -> bool:
-    return len(op.reduce_axis) == 1 and _extent(op.reduce_axis[0]) > 1
-
-
-def _per_row(cfg, s: Schedule, T: Tensor, names: dict, producers: list) -> None:
-    """Output ``T`` row by row (the loops above its last fused and parallel), its last loop
-    vectorized; ``producers`` computed at the row loop, in order: row reductions rfactored
-    over ``lanes`` vector lanes (the partials vectorize, then are combined), row-wise
-    intermediates vectorized along the row."""
-    st = s[T]
-    axes = list(st.op.axis)
-    row = _fuse_parallel(st, axes[:-1])
-    name = names[id(st)]
-    if _extent(axes[-1]) > 1 and cfg[f"{name}.vec"].val == "inner":
-        _, i = cfg[f"{name}.width"].apply(s, T, axes[-1])
-        st.vectorize(i)
-    for p in producers:
-        pname = names[id(p)]
-        lanes = cfg[f"{pname}.lanes"].val if _has_lanes(p.op) else 1
-        if lanes > 1:
-            (k,) = p.op.reduce_axis
-            _, ki = p.split(k, factor=lanes)
-            rf = s[s.rfactor(p.tensor, ki)]
-            rf.compute_at(st, row)
-            lane, _ = rf.op.axis
-            (ko,) = rf.op.reduce_axis
-            rf.reorder(ko, lane)
-            rf.vectorize(lane)
-        p.compute_at(st, row)
-        if not p.op.reduce_axis and p.op.axis and _extent(p.op.axis[-1]) > 1:
-            p.vectorize(p.op.axis[-1])
-
-
-def _epilogue_chain(s: Schedule, st, out_ids) -> tuple:
-    """The elementwise output that contraction ``st`` feeds (its epilogue) and the
-    elementwise intermediates on the way, each read by the next alone (a fused group's bias
-    then activation); (None, []) when there is no such output."""
-    chain, cur = [], st
-    while True:
-        readers = s.readers(cur)
-        if len(readers) != 1 or not _same_loops(readers[0], st):
-            return None, []
-        if id(readers[0].tensor) in out_ids:
-            return readers[0], chain
-        chain.append(readers[0])
-        cur = readers[0]
-
-
-def _same_loops(reader, st) -> bool:
-    """``reader`` is elementwise over ``st``'s loops (bias, activation, scaling)."""
-    return (not reader.op.reduce_axis and len(reader.op.axis) == len(st.op.axis)
-            and all(_extent(a) == _extent(b) for a, b in zip(reader.op.axis, st.op.axis)))
-
-
-def _fuse_parallel(stage, loops):
-    p = loops[0] if len(loops) == 1 else stage.fuse(*loops)
-    stage.parallel(p)
-    return p
-
-
-def _define_split(cfg, knob: str, loop, max_factor: int) -> None:
-    """Split ``loop`` in two: by its divisors up to ``max_factor``, or, where it has few
-    (a prime extent), by powers of two with a guarded tail."""
-    ext = _extent(loop)
-    divisors = sum(1 for d in range(2, min(ext, max_factor) + 1) if ext % d == 0)
-    if divisors >= 2:
-        cfg.define_split(knob, loop, num_outputs=2, max_factor=max_factor)
-    else:
-        cfg.define_split(knob, loop, num_outputs=2, policy="power2", max_factor=max_factor,
-                         allow_non_divisible=True)
-
-
-def _long_axes(op) -> list[int]:
-    """Positions of the spatial loops longer than 1 (the ones worth tiling)."""
-    return [k for k, a in enumerate(op.axis) if _extent(a) > 1]
-
-
-def _tiled_axes(op) -> tuple[list[int], int]:
-    """Positions of the spatial loops a contraction tiles, and the last one."""
-    tiled = _long_axes(op)
-    return tiled, tiled[-1]
-
-
-def _gpu_axes(op) -> list[int]:
-    """The spatial loops the work-group sketch splits (the last one at least)."""
-    return _long_axes(op) or [len(op.axis) - 1]
-
-
-def _contraction_knobs(cfg, op, name: str, has_epilogue: bool) -> None:
-    if not has_epilogue:
-        cfg.define_knob(f"{name}.cache", [True, False])
-    tiled, last = _tiled_axes(op)
-    for k in tiled:
-        _define_split(cfg, f"{name}.tile{k}", op.axis[k], 64 if k == last else 16)
-    for k, r in enumerate(op.reduce_axis):
-        _define_split(cfg, f"{name}.red{k}", r, 64)
-    cfg.define_knob(f"{name}.order", ["r.tile.r", "r.r.tile", "tile.r.r"])
-    cfg.define_knob(f"{name}.unroll", ["none", "tile", "r_inner"])
-
-
-def _tile_contraction(cfg, s: Schedule, T: Tensor, name: str, epilogue=None) -> None:
-    """Multi-level tiling of contraction ``T``. With an ``epilogue`` stage (an elementwise
-    output reading T), the epilogue takes the tiled loops and T is computed per tile into
-    it, as a cache_write buffer would be."""
-    tiled, _ = _tiled_axes(s[T].op)
-    if epilogue is not None:
-        CC, T = T, epilogue.tensor
-    else:
-        CC = s.cache_write(T, "local") if cfg[f"{name}.cache"].val else T
-    axes = list(s[T].op.axis)              # after cache_write: the write-back's loops
-    outer, inner = [], []
-    for k, ax in enumerate(axes):
-        if k not in tiled:
-            outer.append(ax)
-            continue
-        o, i = cfg[f"{name}.tile{k}"].apply(s, T, ax)
-        outer.append(o)
-        inner.append(i)
-    s[T].reorder(*outer, *inner)
-    par = _fuse_parallel(s[T], outer)
-    if CC is not T:
-        s[CC].compute_at(s[T], par)
-        s[T].vectorize(inner[-1])
-        spatial = [a for k, a in enumerate(s[CC].op.axis) if k in tiled]
-        red = list(s[CC].op.reduce_axis)
-    else:
-        spatial, red = inner, list(s[T].op.reduce_axis)
-    r_out, r_in = [], []
-    for k, r in enumerate(red):
-        ro, ri = cfg[f"{name}.red{k}"].apply(s, CC, r)
-        r_out.append(ro)
-        r_in.append(ri)
-    rows, vec = spatial[:-1], spatial[-1]
-    order = cfg[f"{name}.order"].val
-    seq = {"r.tile.r": r_out + rows + r_in, "r.r.tile": r_out + r_in + rows,
-           "tile.r.r": rows + r_out + r_in}[order]
-    if CC is T:
-        s[T].reorder(par, *seq, vec)
-    else:
-        s[CC].reorder(*seq, vec)
-    s[CC].vectorize(vec)
-    how = cfg[f"{name}.unroll"].val
-    if how == "tile":
-        for r in rows:
-            s[CC].unroll(r)
-    elif how == "r_inner" and r_in:
-        s[CC].unroll(r_in[-1])
-
-
-def _simple_knobs(cfg, op, name: str) -> None:
-    if not op.axis or _extent(op.axis[-1]) == 1:
-        return
-    cfg.define_knob(f"{name}.vec", ["none", "inner"] if op.reduce_axis else ["inner", "none"])
-    _define_split(cfg, f"{name}.width", op.axis[-1], 64)
-    if len(op.axis) >= 2 and _extent(op.axis[-2]) > 1:
-        _define_split(cfg, f"{name}.rows", op.axis[-2], 64)      # 2-D tiles (transposes)
-
-
-def _vectorize_parallel(cfg, s: Schedule, T: Tensor, name: str) -> None:
-    st = s[T]
-    axes = list(st.op.axis)
-    red = list(st.op.reduce_axis)
-    if not axes:                                  # a scalar: nothing to tile
-        return
-    if _extent(axes[-1]) == 1 or cfg[f"{name}.vec"].val == "none":
-        _fuse_parallel(st, axes)
-        return
-    o, i = cfg[f"{name}.width"].apply(s, T, axes[-1])
-    rows: list = []
-    if len(axes) >= 2 and _extent(axes[-2]) > 1:
-        yo, yi = cfg[f"{name}.rows"].apply(s, T, axes[-2])
-        outer, rows = axes[:-2] + [yo, o], [yi]
-    else:
-        outer = axes[:-1] + [o]
-    st.reorder(*outer, *rows, *red, i)            # lanes = independent outputs
-    st.vectorize(i)
-    _fuse_parallel(st, outer)
-
-
-def _gpu_knobs(cfg, op, name: str, cacheable: bool) -> None:
-    if not op.axis:
-        return
-    tiled = _gpu_axes(op)
-    if cacheable:
-        cfg.define_knob(f"{name}.cache", [False, True])
-    cfg.define_split(f"{name}.tx", op.axis[tiled[-1]], num_outputs=2, policy="power2",
-                     max_factor=64, allow_non_divisible=True)
-    if len(tiled) >= 2:
-        cfg.define_split(f"{name}.ty", op.axis[tiled[-2]], num_outputs=2, policy="power2",
-                         max_factor=16, allow_non_divisible=True)
-    for k, r in enumerate(op.reduce_axis):
-        _define_split(cfg, f"{name}.red{k}", r, 16)
-    if op.reduce_axis:
-        cfg.define_knob(f"{name}.unroll", [False, True])
-
-
-def _gpu_bind(cfg, s: Schedule, T: Tensor, name: str, epilogue=None) -> None:
-    """One work-item per output element (of the epilogue, where the contraction has one):
-    the last two spatial loops split into work-groups x work-items (blockIdx/threadIdx y and
-    x), the other spatial loops fused into blockIdx.y; the reduction loops run in each
-    work-item (split, the inner part optionally unrolled), accumulating in a private buffer
-    (knob ``cache``) or in the output."""
-    op = s[T].op
-    if not op.axis:
-        return
-    tiled = _gpu_axes(op)
-    CC = None
-    if epilogue is not None:
-        CC, T = T, epilogue.tensor
-    elif is_contraction(op) and cfg[f"{name}.cache"].val:
-        CC = s.cache_write(T, "local")
-    axes = list(s[T].op.axis)
-    bx, tx = cfg[f"{name}.tx"].apply(s, T, axes[tiled[-1]])
-    rest = [a for k, a in enumerate(axes) if k != tiled[-1] and
-            (len(tiled) < 2 or k != tiled[-2])]
-    if len(tiled) >= 2:
-        by, ty = cfg[f"{name}.ty"].apply(s, T, axes[tiled[-2]])
-        s[T].reorder(*rest, by, bx, ty, tx)
-        outer = rest + [by]
-        s[T].bind(outer[0] if len(outer) == 1 else s[T].fuse(*outer), "blockIdx.y")
-        s[T].bind(bx, "blockIdx.x")
-        s[T].bind(ty, "threadIdx.y")
-    else:
-        s[T].reorder(*rest, bx, tx)
-        outer = rest + [bx]
-        s[T].bind(outer[0] if len(outer) == 1 else s[T].fuse(*outer), "blockIdx.x")
-    s[T].bind(tx, "threadIdx.x")
-    R = T
-    if CC is not None:
-        s[CC].compute_at(s[T], tx)
-        R = CC
-    red = list(s[R].op.reduce_axis)
-    inner = []
-    for k, r in enumerate(red):
-        _, ri = cfg[f"{name}.red{k}"].apply(s, R, r)
-        inner.append(ri)
-    if red and cfg[f"{name}.unroll"].val and inner:
-        s[R].unroll(inner[-1])
+    return at_row
 
 
 # ---- the task ---------------------------------------------------------------------------------
 
-def _template_for(tensors: list[Tensor], digest: str, gpu: bool) -> Template:
+def _template_for(tensors: list[Tensor], digest: str, gpu: bool, machine: Machine
+                  ) -> Template:
     name = f"auto_{'gpu_' if gpu else ''}{digest}"
     tpl = _REGISTRY.get(name)
     if tpl is not None and getattr(tpl, "auto_tensors", None) is not None:
@@ -509,9 +240,10 @@ def _template_for(tensors: list[Tensor], digest: str, gpu: bool) -> Template:
             return tpl
 
     def auto(cfg):
-        return sketch(cfg, tensors, gpu=gpu)
+        return sketch(cfg, tensors, gpu=gpu, machine=machine)
     auto.__qualname__ = auto.__name__ = name
     tpl = Template(name, auto)
+    tpl.steps_identify_program = True
     tpl.auto_tensors = tensors
     tpl.dag = pickle.dumps(tensors)
     _REGISTRY[name] = tpl
@@ -523,7 +255,8 @@ def auto_task(tensors: Sequence[Tensor], target="c") -> Task:
     space; tune it with any tuner, as a template's task."""
     args = _check_args(tensors)
     gpu = Target.parse(target).kind == "opencl"
-    return Task(_template_for(args, dag_digest(args), gpu), (), target)
+    machine = machine_of(target)
+    return Task(_template_for(args, dag_digest(args, machine), gpu, machine), (), target)
 
 
 def task_from_dag(spec: dict) -> Task:
@@ -531,7 +264,8 @@ def task_from_dag(spec: dict) -> Task:
     tensors = pickle.loads(spec["dag"])
     gpu = Target.parse(spec["target"]).kind == "opencl"
     digest = spec["name"][len("auto_gpu_" if gpu else "auto_"):]
-    return Task(_template_for(tensors, digest, gpu), (), spec["target"])
+    machine = machine_of(spec["target"])
+    return Task(_template_for(tensors, digest, gpu, machine), (), spec["target"])
 
 
 def auto_schedule(tensors: Sequence[Tensor], trials: int = 200, log_file: str | None = None,

@@ -12,6 +12,7 @@ from looptune.search.auto import dag_digest, is_contraction
 from util import run_check
 from util import softmax as util_softmax
 
+LANES = lt.Target.parse("c").vector_lanes("float32")
 OPT = MeasureOption(number=1, repeat=2, timeout=20, n_parallel=2, remeasure_top=0)
 
 
@@ -40,19 +41,22 @@ def test_space_of_a_matmul_with_an_epilogue():
     A, B, D = _matmul_relu()
     task = auto_task([A, B, D])
     knobs = set(task.config_space.knobs)
-    # the contraction is tiled (rows, vector columns, reduction), the relu is its epilogue:
-    # no cache knob (the epilogue holds the tile), no knob of its own
-    assert {"C.tile0", "C.tile1", "C.red0", "C.order", "C.unroll"} == knobs
+    # the contraction is tiled (register tile and middle level of rows and vector columns,
+    # reduction, packed operand), the relu is its epilogue: no cache knob (the epilogue
+    # holds the tile), no knob of its own
+    assert {"C.tile0", "C.mid0", "C.tile1", "C.mid1", "C.red0", "C.order", "C.unroll",
+            "C.pack"} == knobs
     s, _ = task.instantiate(0)
     assert s[D].attach[0] == "root"
     assert s.stage("C").attach[0] == "at"          # computed per tile of D: fused
     assert task.flop == 2 * 37 * 29 * 23 + 37 * 29
 
 
+@pytest.mark.slow
 def test_every_config_of_a_small_space_is_exact():
-    A, B, D = _matmul_relu(N=9, M=13, K=7)
+    A, B, D = _matmul_relu(N=3, M=5, K=2)
     task = auto_task([A, B, D])
-    assert len(task.config_space) <= 400
+    assert len(task.config_space) <= 500
     for cfg in task.config_space:
         s, tensors = task.instantiate(cfg)
         _check(s, tensors, _relu_mm)
@@ -105,7 +109,7 @@ def test_row_statistics_computed_per_row_of_the_output():
         attach.update({st.name: st.attach[0] for st in s.stages})
         return s
     s = run(_pick(sp, {"expx.inline": False, "expx.at": "row", "rowmax.at": "row",
-                       "rowsum.at": "row", "rowmax.lanes": 16, "rowsum.lanes": 8}))
+                       "rowsum.at": "row", "rowmax.lanes": LANES, "rowsum.lanes": 2 * LANES}))
     assert [attach[n] for n in ("rowmax", "rowmax.rf", "expx", "rowsum", "rowsum.rf")] == \
         ["at"] * 5
     assert s.stage("rowmax").attach[1] is s.stage("softmax")

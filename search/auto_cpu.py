@@ -1,0 +1,252 @@
+"""The auto scheduler's CPU rules (package-private; see :mod:`.auto`): the knobs each rule
+defines, and how a config's choices become schedule primitives.
+
+- contractions: multi-level tiling, S-R-S-R-S after Ansor (parallel, middle and register
+  levels of every tiled spatial loop; the reduction split into a K-block and a micro-kernel
+  loop), accumulating in a ``local`` cache_write tile or in the epilogue's; an optional packed
+  operand (``cache_read`` into a contiguous panel);
+- row statistics computed per row of their output, their reductions rfactored over lanes;
+- reductions rfactored over vector lanes where they run along contiguous memory;
+- everything else vectorized along its innermost loop (2-D tiles for transposes), its outer
+  loops fused and parallel.
+"""
+from __future__ import annotations
+
+from .auto_rules import Epilogue, Machine, TilePlan, choices, extent, is_transposing, lanes_first
+
+
+def fuse_parallel(stage, loops):
+    p = loops[0] if len(loops) == 1 else stage.fuse(*loops)
+    stage.parallel(p)
+    return p
+
+
+# ---- contractions ------------------------------------------------------------------------------
+
+def contraction_knobs(cfg, name: str, plan: TilePlan, has_epilogue: bool) -> None:
+    if not has_epilogue:
+        cfg.define_knob(f"{name}.cache", [True, False])
+    for c in plan.tiled:
+        cfg.define_knob(f"{name}.tile{c}", plan.inner[c])
+        cfg.define_knob(f"{name}.mid{c}", plan.middle[c])
+    for k, vals in enumerate(plan.red):
+        cfg.define_knob(f"{name}.red{k}", vals)
+    cfg.define_knob(f"{name}.order", ["tile", "kblock"])
+    cfg.define_knob(f"{name}.unroll", ["tile", "tile+k", "none"])
+    if len(plan.pack) > 1:
+        cfg.define_knob(f"{name}.pack", plan.pack)
+
+
+def tile_contraction(cfg, s, C, name: str, plan: TilePlan, epi: Epilogue | None) -> None:
+    """Tile contraction ``C`` (see the module docstring). The output stage ``O`` (the
+    epilogue, C's write-back after cache_write, or C itself) runs the parallel (P), middle
+    (M) and tile (T) levels of every tiled loop; the accumulating stage ``CC`` is computed
+    per tile (order "tile": the reduction runs around the register tile) or per parallel
+    iteration (order "kblock": K-blocks outside the middle tiles, Ansor's S-R-S-R-S)."""
+    ndim = len(s[C].op.axis)
+    axis_of = epi.axis_of if epi is not None else tuple(range(ndim))
+    if epi is not None:
+        O, CC = epi.out.tensor, C
+    elif cfg[f"{name}.cache"].val:
+        O, CC = C, s.cache_write(C, "local")
+    else:
+        O = CC = C
+    order = cfg[f"{name}.order"].val
+    pack = cfg[f"{name}.pack"].val if len(plan.pack) > 1 else "none"
+    packed = _pack(s, CC, pack) if pack != "none" else None
+    P, M, T = _output_levels(cfg, s[O], name, plan, axis_of)
+    par = fuse_parallel(s[O], P)
+    if CC is O:
+        _accumulate(cfg, s, CC, name, plan, None, order, packed, (par, M, T))
+        return
+    s[CC].compute_at(s[O], M[-1] if order == "tile" else par)
+    if T:
+        s[O].vectorize(T[-1])
+    _accumulate(cfg, s, CC, name, plan, s[O], order, packed, (par, None, None))
+
+
+def _output_levels(cfg, st, name: str, plan: TilePlan, axis_of) -> tuple[list, list, list]:
+    """Split each tiled loop of output stage ``st`` into parallel, middle and tile parts
+    (its own axis order within each level); returns the three levels, reordered."""
+    c_of = {e: c for c, e in enumerate(axis_of)}
+    P, M, T = [], [], []
+    for e, ax in enumerate(list(st.op.axis)):
+        c = c_of[e]
+        if c not in plan.tiled:
+            P.append(ax)
+            continue
+        rest, t = st.split(ax, factor=cfg[f"{name}.tile{c}"].val)
+        m = cfg[f"{name}.mid{c}"].val
+        if m == "all":
+            M.append(rest)
+        else:
+            o, mid = st.split(rest, factor=m)
+            P.append(o)
+            M.append(mid)
+        T.append(t)
+    st.reorder(*P, *M, *T)
+    return P, M, T
+
+
+def _accumulate(cfg, s, CC, name: str, plan: TilePlan, O, order: str, packed, levels) -> None:
+    """The loops of accumulating stage ``CC``: reduction loops split (K-block, micro-kernel),
+    the tile's rows unrolled and its vector loop vectorized. ``O`` is None when CC is the
+    output stage itself (no cache), whose P/M/T ``levels`` are given."""
+    st = s[CC]
+    r_out, r_in = [], []
+    for k, r in enumerate(st.op.reduce_axis):
+        f = cfg[f"{name}.red{k}"].val
+        if f == 1:
+            r_out.append(r)
+            continue
+        ro, ri = st.split(r, factor=f)
+        r_out.append(ro)
+        r_in.append(ri)
+    par, M, T = levels
+    if O is None:                               # C itself: P, M, (R), T
+        head, mids, tile = [par], M, T
+    else:
+        axes = list(st.op.axis)
+        head = [a for c, a in enumerate(axes) if c not in plan.tiled]
+        if order == "kblock":
+            mids, tile = [], []
+            for c in plan.tiled:
+                mo, mi = st.split(axes[c], factor=cfg[f"{name}.tile{c}"].val)
+                mids.append(mo)
+                tile.append(mi)
+        else:
+            mids, tile = [], [axes[c] for c in plan.tiled]
+    if order == "kblock":
+        st.reorder(*head, *r_out, *mids, *r_in, *tile)
+    else:
+        st.reorder(*head, *mids, *r_out, *r_in, *tile)
+    rows, vec = tile[:-1], tile[-1]
+    st.vectorize(vec)
+    how = cfg[f"{name}.unroll"].val
+    if how != "none":
+        for r in rows:
+            st.unroll(r)
+    if how == "tile+k" and r_in:
+        st.unroll(r_in[-1])
+    if packed is not None:
+        at_stage, at_loop = (st, r_out[-1]) if order == "kblock" else \
+            (O if O is not None else st, par)
+        s[packed].compute_at(at_stage, at_loop)
+        s[packed].vectorize(s[packed].op.axis[-1])
+
+
+def _pack(s, CC, name: str):
+    """``cache_read`` of the placeholder called ``name`` that ``CC`` reads, for CC."""
+    for t in s[CC].op.inputs:
+        if t.name == name:
+            return s.cache_read(t, "local", [CC])
+    raise AssertionError(f"auto sketch: contraction '{CC.name}' reads no tensor '{name}'")
+
+
+# ---- reductions over lanes (rfactor) ---------------------------------------------------------
+
+def lanes_knob(cfg, op, name: str, machine: Machine) -> bool:
+    """Knob ``<name>.lanes`` (rfactor lanes; 1: none) where the rfactor rule may apply."""
+    L = machine.lanes(op.output.dtype)
+    if not op.reduce_axis or L < 2 or extent(op.reduce_axis[-1]) < L:
+        return False
+    more = [2 * L] if extent(op.reduce_axis[-1]) >= 2 * L else []
+    vals = [L, *more, 1] if lanes_first(op, L) else [1, L, *more]
+    cfg.define_knob(f"{name}.lanes", vals)
+    return True
+
+
+def rfactor_lanes(s, st, lanes: int, at_stage=None, at_loop=None):
+    """Split ``st``'s last reduction loop by ``lanes`` and rfactor the inner part: the
+    partial results run as a vectorized loop (computed at ``at_loop`` of ``at_stage``, or
+    at root), then ``st`` combines them."""
+    r = st.op.reduce_axis[-1]
+    _, ki = st.split(r, factor=lanes)
+    rf = s[s.rfactor(st.tensor, ki)]
+    if at_stage is not None:
+        rf.compute_at(at_stage, at_loop)
+    lane = rf.op.axis[0]
+    rf.reorder(*rf.op.reduce_axis, lane)
+    rf.vectorize(lane)
+    return rf
+
+
+# ---- row statistics per row of their output ----------------------------------------------------
+
+def row_knobs(cfg, op, name: str, machine: Machine) -> bool:
+    """Knob ``<name>.at`` (computed per row of its output, or at root) and the lanes of its
+    reduction; returns whether it has lanes."""
+    cfg.define_knob(f"{name}.at", ["row", "root"])
+    return lanes_knob(cfg, op, name, machine)
+
+
+def per_row(cfg, s, T, names: dict, producers: list, lanes: set) -> None:
+    """Output ``T`` row by row (the loops above its last fused and parallel), its last loop
+    vectorized; ``producers`` computed at the row loop, in order: row reductions rfactored
+    over ``lanes`` vector lanes (the partials vectorize, then are combined), row-wise
+    intermediates vectorized along the row."""
+    st = s[T]
+    axes = list(st.op.axis)
+    row = fuse_parallel(st, axes[:-1])
+    name = names[id(st)]
+    if extent(axes[-1]) > 1 and cfg[f"{name}.vec"].val == "inner":
+        w = cfg[f"{name}.width"].val
+        st.vectorize(st.split(axes[-1], factor=w)[1] if w < extent(axes[-1]) else axes[-1])
+    for p in producers:
+        pname = names[id(p)]
+        n = cfg[f"{pname}.lanes"].val if id(p) in lanes else 1
+        if n > 1:
+            rfactor_lanes(s, p, n, st, row)
+        p.compute_at(st, row)
+        if not p.op.reduce_axis and p.op.axis and extent(p.op.axis[-1]) > 1:
+            p.vectorize(p.op.axis[-1])
+
+
+# ---- any other stage ---------------------------------------------------------------------------
+
+def simple_knobs(cfg, op, name: str, machine: Machine, lanes: bool = True) -> bool:
+    """Knobs of a stage vectorized along its innermost loop, and of its lanes unless they
+    are defined already (``lanes=False``); returns whether it has lanes."""
+    lanes = lanes and lanes_knob(cfg, op, name, machine)
+    if not op.axis or extent(op.axis[-1]) == 1:
+        return lanes
+    L = machine.lanes(op.output.dtype)
+    e = extent(op.axis[-1])
+    cfg.define_knob(f"{name}.vec", ["inner", "none"])
+    first = L if e >= 2 * L else e          # short rows: the whole row is one vector
+    cfg.define_knob(f"{name}.width", choices(first, L, 2 * L, 4 * L, max(1, L // 2), e,
+                                             limit=e))
+    if len(op.axis) >= 2 and extent(op.axis[-2]) > 1:
+        rows = min(L, extent(op.axis[-2])) if is_transposing(op) else 1
+        cfg.define_knob(f"{name}.rows", choices(rows, 1, 2, 4, 8, 16, 32,
+                                                limit=extent(op.axis[-2])))
+    return lanes
+
+
+def vectorize_parallel(cfg, s, T, name: str, has_lanes: bool) -> None:
+    st = s[T]
+    if has_lanes and cfg[f"{name}.lanes"].val > 1:
+        rf = rfactor_lanes(s, st, cfg[f"{name}.lanes"].val)
+        axes = list(st.op.axis)                  # rfactor made st a new reduction
+        if axes:
+            rf.compute_at(st, fuse_parallel(st, axes))
+        return
+    axes = list(st.op.axis)
+    if not axes:                                  # a scalar: nothing to tile
+        return
+    red = list(st.op.reduce_axis)
+    if extent(axes[-1]) == 1 or cfg[f"{name}.vec"].val == "none":
+        fuse_parallel(st, axes)
+        return
+    w = cfg[f"{name}.width"].val
+    o, i = st.split(axes[-1], factor=w) if w < extent(axes[-1]) else (None, axes[-1])
+    rows: list = []
+    outer = axes[:-1]
+    if len(axes) >= 2 and extent(axes[-2]) > 1 and cfg[f"{name}.rows"].val > 1:
+        yo, yi = st.split(axes[-2], factor=cfg[f"{name}.rows"].val)
+        outer, rows = axes[:-2] + [yo], [yi]
+    outer = outer + ([o] if o is not None else [])
+    st.reorder(*outer, *rows, *red, i)            # lanes = independent outputs
+    st.vectorize(i)
+    if outer:
+        fuse_parallel(st, outer)

@@ -1,0 +1,345 @@
+"""How the auto scheduler reads a compute DAG (package-private; see :mod:`.auto`).
+
+Op patterns decide the sketch, never stage names: which stages are *contractions* (a reduction
+of a product of loads with two or more spatial loops worth tiling), which elementwise chains
+after a contraction are its *epilogue* (and through which index map: a transpose), which
+stages are row statistics of an output, which reductions want their lanes rfactored, and the
+first (fallback) choice of every knob, sized from the target's vector lanes.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+from ..backends.target import Target
+from ..errors import LooptuneError
+from ..lang.expr import BinKind, Call, Const, Load, Select, Var
+from ..lang.tensor import ComputeOp, PlaceholderOp
+from ..lang.visitor import ExprVisitor, collect_loads, collect_vars
+
+ACCUMULATORS = 16      # vector registers a register tile may hold (x86 and NEON have >= 16)
+PANEL_VECTORS = 4      # a column panel of the fallback: this many vectors wide
+WORK_PER_THREAD = 4    # parallel iterations per thread the fallback aims for
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the sketch sizes its tiles from: SIMD bytes (None for OpenCL) and threads."""
+
+    simd_bytes: int | None
+    threads: int
+
+    def lanes(self, dtype: str) -> int:
+        if self.simd_bytes is None:
+            return 1
+        import numpy as np
+        return max(1, self.simd_bytes // np.dtype(dtype).itemsize)
+
+    def __str__(self) -> str:
+        return f"simd{self.simd_bytes}-t{self.threads}"
+
+
+def machine_of(target) -> Machine:
+    """The machine the C target compiles for (vector width by ``-march``; threads by
+    ``-threads`` or the CPUs this process may use)."""
+    tgt = Target.parse(target)
+    threads = int(tgt.options.get("threads", 0) or 0) or len(os.sched_getaffinity(0))
+    if tgt.kind != "c":
+        return Machine(None, threads)
+    try:
+        return Machine(tgt.vector_lanes("int8"), threads)
+    except LooptuneError:
+        return Machine(16, threads)
+
+
+# ---- patterns --------------------------------------------------------------------------------
+
+def extent(iv) -> int:
+    e = iv.extent
+    return int(e.value) if isinstance(e, Const) else int(e)
+
+
+def long_axes(op) -> list[int]:
+    """Positions of the spatial loops longer than 1 (the ones worth tiling)."""
+    return [k for k, a in enumerate(op.axis) if extent(a) > 1]
+
+
+class _MulOfLoads(ExprVisitor):
+    def __init__(self):
+        self.found = False
+
+    def visit_BinOp(self, e):
+        if e.op is BinKind.MUL and collect_loads(e.a) and collect_loads(e.b):
+            self.found = True
+        super().visit_BinOp(e)
+
+
+def is_contraction(op) -> bool:
+    """A reduction multiplying loads, with at least two spatial loops longer than 1."""
+    if not isinstance(op, ComputeOp) or not op.reduce_axis:
+        return False
+    if len(long_axes(op)) < 2:
+        return False
+    v = _MulOfLoads()
+    v.visit(op.body.source)
+    return v.found
+
+
+class _Has(ExprVisitor):
+    def __init__(self, kinds):
+        self.kinds, self.found = kinds, False
+
+    def visit(self, e):
+        if isinstance(e, self.kinds):
+            self.found = True
+        return super().visit(e)
+
+
+def _has(op, *kinds) -> bool:
+    v = _Has(kinds)
+    v.visit(op.body.source if op.reduce_axis else op.body)
+    return v.found
+
+
+def source(op):
+    return op.body.source if op.reduce_axis else op.body
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """The elementwise output a contraction feeds: ``out`` takes the tiled loops, ``chain``
+    (the stages between them) is inlined into it; ``axis_of[c]`` is ``out``'s axis that the
+    contraction's axis ``c`` maps to (a transpose permutes them)."""
+
+    out: object
+    chain: tuple
+    axis_of: tuple[int, ...]
+
+
+def epilogue(s, st, out_ids) -> Epilogue | None:
+    """The epilogue of contraction stage ``st``: a chain of elementwise or broadcast stages,
+    each the only reader of the one before and reading it at a permutation of its own axes
+    (bias, activation, scaling, transpose), ending at an output. None when ``st`` is an output
+    itself (outputs are computed at root) or no such chain exists."""
+    if id(st.tensor) in out_ids:
+        return None
+    chain, cur = [], st
+    axis_of = tuple(range(len(st.op.axis)))
+    while True:
+        readers = s.readers(cur)
+        if len(readers) != 1 or readers[0].op.reduce_axis:
+            return None
+        r = readers[0]
+        perm = _permutation(r.op, cur.tensor)
+        if perm is None:
+            return None
+        axis_of = tuple(perm[a] for a in axis_of)
+        if id(r.tensor) in out_ids:
+            return Epilogue(r, tuple(chain), axis_of)
+        chain.append(r)
+        cur = r
+
+
+def _permutation(op, t) -> tuple[int, ...] | None:
+    """``perm[d]``: the axis of ``op`` that indexes dimension ``d`` of ``t``, when every load of
+    ``t`` in ``op`` reads it at the same permutation of ``op``'s axes (same extents); else
+    None."""
+    if len(op.axis) != len(t.shape):
+        return None
+    pos = {a.var: k for k, a in enumerate(op.axis)}
+    found = None
+    for ld in collect_loads(op.body):
+        if ld.tensor is not t:
+            continue
+        if not all(isinstance(i, Var) and i in pos for i in ld.indices):
+            return None
+        perm = tuple(pos[i] for i in ld.indices)
+        if len(set(perm)) != len(perm) or (found is not None and perm != found):
+            return None
+        found = perm
+    if found is None or any(extent(op.axis[p]) != _dim(t, d) for d, p in enumerate(found)):
+        return None
+    return found
+
+
+def _dim(t, d: int) -> int:
+    e = t.shape[d]
+    return int(e.value) if isinstance(e, Const) else int(e)
+
+
+def is_transposing(op) -> bool:
+    """Some load reads along another axis than the op's innermost: 2-D tiles help."""
+    if not op.axis or len(op.axis) < 2:
+        return False
+    last = op.axis[-1].var
+    for ld in collect_loads(source(op)):
+        if ld.indices and last not in collect_vars(ld.indices[-1]) and \
+                any(last in collect_vars(i) for i in ld.indices[:-1]):
+            return True
+    return False
+
+
+def materialize_first(s, st) -> bool:
+    """The fallback keeps injective stage ``st`` at root (else inlined): a padding (a guarded
+    read) feeding a contraction, whose inner loop would test the guard at every step; or a
+    costly row-wise value (a math call) read by two stages, which inlining computes twice."""
+    readers = s.readers(st)
+    if _has(st.op, Select) and any(is_contraction(r.op) for r in readers):
+        return True
+    return len(readers) >= 2 and _has(st.op, Call)
+
+
+def row_consumers(s, stages, outputs, fused) -> dict:
+    """Stages that may be computed per row of an output (knob ``<stage>.at``), mapped to it:
+    row statistics and row-wise intermediates (softmax's max, exponentials and sum; a
+    normalisation's mean and variance) of an elementwise output, the only output reading
+    them, whose shape is theirs plus a last axis, or theirs."""
+    out = {}
+    cpu_outputs = [s[t] for t in outputs]
+    for st in stages:
+        if st.is_output or id(st) in fused or is_contraction(st.op):
+            continue
+        readers = [o for o in cpu_outputs if s._reads_transitively(o, st)]
+        if len(readers) != 1:
+            continue
+        o = readers[0]
+        if o.op.reduce_axis or id(o) in fused or len(o.op.axis) < 2:
+            continue
+        shape, oshape = [extent(a) for a in st.op.axis], [extent(a) for a in o.op.axis]
+        if shape in (oshape, oshape[:-1]):
+            out[id(st)] = o
+    return out
+
+
+def readers_through_inlined(s, st) -> list:
+    """The stages reading ``st``, looking through inlined ones."""
+    out = []
+    for r in s.readers(st):
+        out += readers_through_inlined(s, r) if r.attach[0] == "inline" else [r]
+    return out
+
+
+# ---- knob choices ----------------------------------------------------------------------------
+
+def choices(first, *rest, limit: int | None = None) -> list:
+    """``first`` then ``rest`` without repeats (ints above ``limit`` dropped, not ``first``)."""
+    out = [first]
+    for v in rest:
+        if v not in out and (limit is None or not isinstance(v, int) or v <= limit):
+            out.append(v)
+    return out
+
+
+def lanes_first(op, lanes: int) -> bool:
+    """The rfactor rule: a reduction whose (last) reduction loop runs along the contiguous
+    dimension of what it reads (a row norm, a GEMV against a transposed weight, a global
+    pool), or whose output is too narrow to fill a vector, accumulates ``lanes`` partial
+    results in a vector, then combines them."""
+    if not op.reduce_axis or extent(op.reduce_axis[-1]) < 2 * lanes or lanes < 2:
+        return False
+    r = op.reduce_axis[-1].var
+    last = op.axis[-1].var if op.axis else None
+    if not op.axis or extent(op.axis[-1]) < lanes:
+        return True
+    for ld in collect_loads(op.body.source):
+        if ld.indices and r in collect_vars(ld.indices[-1]) and \
+                last not in collect_vars(ld.indices[-1]):
+            return True
+    return False
+
+
+@dataclass
+class TilePlan:
+    """A contraction's tiling: the loops tiled, the one vectorized, and each knob's
+    choices (first: the fallback). ``inner[c]``: register-tile sizes of axis ``c``;
+    ``middle[c]``: tiles per iteration of the parallel loop ("all": no parallel split);
+    ``red[k]``: inner sizes of reduction loop ``k``; ``pack``: operands to copy into a
+    contiguous panel ("none" first when none is worth it)."""
+
+    tiled: list[int]
+    vec: int
+    inner: dict
+    middle: dict
+    red: list
+    pack: list
+
+
+def plan_tiles(op, machine: Machine) -> TilePlan:
+    """The tiling of contraction ``op`` (see :class:`TilePlan`). The register tile holds
+    ``ACCUMULATORS`` vectors: two vectors along the vector loop (one where it is short),
+    rows along the loop that the vector operand does not read, so that each vector loaded is
+    reused by every row; the parallel loop gets ``WORK_PER_THREAD`` iterations per thread,
+    from column panels first, then from the outer rows."""
+    L = machine.lanes(op.output.dtype)
+    tiled = long_axes(op)
+    v = tiled[-1]
+    ext = {c: extent(op.axis[c]) for c in tiled}
+    tv = _vector_tile(ext[v], L)
+    rows = _row_preference(op, tiled, v)
+    budget = max(1, ACCUMULATORS * L // max(tv, L))
+    t = {v: tv}
+    for c in rows:
+        t[c] = max(1, min(budget, ext[c]))
+        budget = max(1, budget // t[c])
+    inner = {v: choices(tv, L, 2 * L, 3 * L, 4 * L, L // 2, ext[v] if ext[v] < L else 0,
+                        limit=ext[v])}
+    inner[v] = [x for x in inner[v] if x > 0]
+    for c in rows:
+        inner[c] = choices(t[c], 1, 2, 4, 6, 8, 12, 16, limit=ext[c])
+    most = {c: math.ceil(ext[c] / min(inner[c])) for c in tiled}    # tiles at most
+    mv = min(max(1, PANEL_VECTORS * L // tv), most[v])
+    middle = {v: choices(mv, 1, 2, 4, 8, 16, limit=most[v])}
+    work = math.ceil(math.ceil(ext[v] / tv) / mv)
+    want = WORK_PER_THREAD * machine.threads
+    for c in sorted(rows):                   # outer loops first
+        tiles = math.ceil(ext[c] / t[c])
+        m = "all"
+        if work < want:
+            m = max(1, tiles // math.ceil(want / work))
+            work *= math.ceil(tiles / m)
+        middle[c] = choices(m, "all", 1, 2, 4, 8, 16, 32, limit=most[c])
+    red = [choices(1, 2, 4, 8, 16, 64, 128, 256, limit=extent(r)) for r in op.reduce_axis]
+    return TilePlan(tiled, v, inner, middle, red, _pack_choices(op, rows, v))
+
+
+def _vector_tile(e: int, L: int) -> int:
+    if e < L:
+        return e
+    if e < 2 * L:
+        return L
+    waste = {t: -(-e // t) * t - e for t in (2 * L, L)}
+    return 2 * L if waste[2 * L] <= waste[L] else L
+
+
+def _uses(op) -> list[tuple[Load, set[int]]]:
+    pos = {a.var: k for k, a in enumerate(op.axis)}
+    out = []
+    for ld in collect_loads(op.body.source):
+        vs = set().union(*(collect_vars(i) for i in ld.indices)) if ld.indices else set()
+        out.append((ld, {pos[x] for x in vs if x in pos}))
+    return out
+
+
+def _row_preference(op, tiled, v) -> list[int]:
+    """The tiled loops other than ``v``, those no vector load depends on first (largest
+    first), then the others."""
+    uses = _uses(op)
+    vec_uses = set().union(*(u for _, u in uses if v in u)) if uses else set()
+    rows = [c for c in tiled if c != v]
+    reuse = sorted((c for c in rows if c not in vec_uses), key=lambda c: -extent(op.axis[c]))
+    return reuse + [c for c in reversed(rows) if c not in reuse]
+
+
+def _pack_choices(op, rows, v) -> list[str]:
+    """Placeholders the contraction reads directly, by name: the one read along the vector
+    loop and no row loop (B of a matmul) first, when there is one, else "none" first."""
+    names, best = [], None
+    for ld, used in _uses(op):
+        t = ld.tensor
+        if not isinstance(t.op, PlaceholderOp) or t.name in names or len(t.shape) < 2:
+            continue
+        names.append(t.name)
+        if best is None and v in used and not used & set(rows):
+            best = t.name
+    return choices(best, "none", *names) if best else choices("none", *names)

@@ -1,0 +1,242 @@
+"""The auto sketch's rules: multi-level tiling of contractions (register tiles sized by the
+target's vector lanes, packing, K-blocks), epilogues by op pattern (bias, activation,
+transposes by their index map), contractions that are outputs, the rfactor rule, the fallback's
+choices; every schedule checked against numpy at odd sizes."""
+from __future__ import annotations
+
+import looptune as lt
+import numpy as np
+import pytest
+from looptune.report import make_arrays
+from looptune.search import auto_task
+from looptune.search.auto_rules import machine_of
+
+L = lt.Target.parse("c").vector_lanes("float32")
+
+
+def _run(s, tensors, want, seed=1):
+    """Build ``s``, run it on seeded inputs; compare every output with ``want(*inputs)``."""
+    inputs, outs, args = make_arrays(tensors, seed)
+    for o in outs:
+        o.fill(np.nan)
+    lt.build(s, tensors)(*args)
+    wants = want(*inputs)
+    wants = wants if isinstance(wants, tuple) else (wants,)
+    for got, w in zip(outs, wants):
+        np.testing.assert_allclose(got, w, rtol=1e-4, atol=1e-4)
+
+
+def _pick(task, values: dict):
+    """The config with these knob values, the others at their first choice."""
+    sp = task.config_space
+    names = list(sp.knobs)
+    vec = [0] * len(names)
+    for n, v in values.items():
+        vec[names.index(n)] = sp.knobs[n].values.index(v)
+    return sp.get(sp.index_of(vec))
+
+
+def _configs(task, n, seed=0):
+    sp = task.config_space
+    return [0] + [c.index for c in sp.sample(min(n, sp.size), seed)]
+
+
+def _matmul(N, M, K, name="C"):
+    A = lt.placeholder((N, K), "float32", name="A")
+    B = lt.placeholder((K, M), "float32", name="B")
+    k = lt.reduce_axis(K, name="k")
+    C = lt.compute((N, M), lambda i, j: lt.sum(A[i, k] * B[k, j], axis=k), name=name)
+    return A, B, C
+
+
+def _mm(a, b):
+    return a.astype(np.float64) @ b.astype(np.float64)
+
+
+# ---- contractions ----------------------------------------------------------------------------
+
+def test_matmul_gets_multi_level_tiles_sized_by_the_vector_lanes():
+    A, B, C = _matmul(70, 125, 45)
+    task = auto_task([A, B, C])
+    sp = task.config_space
+    assert {"C.cache", "C.tile0", "C.mid0", "C.tile1", "C.mid1", "C.red0", "C.order",
+            "C.unroll", "C.pack"} == set(sp.knobs)
+    # the fallback: two vectors of columns, rows filling 16 vector accumulators, B packed
+    assert sp.knobs["C.tile1"].values[0] == 2 * L
+    assert sp.knobs["C.tile0"].values[0] * 2 == 16
+    assert sp.knobs["C.pack"].values[0] == "B"
+    s, _ = task.instantiate(0)
+    text = str(lt.lower(s, [A, B, C]))
+    assert "B.local" in text and "C.local" in text and "parallel" in text
+    assert f"allocate C.local[float32 * 8, {2 * L}]" in text
+    for i in _configs(task, 6):
+        _run(task.instantiate(i)[0], [A, B, C], _mm)
+
+
+@pytest.mark.parametrize("values", [
+    {"C.order": "kblock", "C.red0": 8},                       # K-blocks outside the middle tiles
+    {"C.order": "kblock", "C.pack": "A", "C.red0": 16},       # a K-block of A packed
+    {"C.cache": False, "C.order": "kblock", "C.red0": 4},     # accumulating in C itself
+    {"C.cache": False, "C.unroll": "tile+k", "C.red0": 4},
+    {"C.unroll": "tile+k", "C.red0": 2, "C.mid0": "all", "C.pack": "none"},
+])
+def test_kblocked_packed_and_uncached_variants_are_exact(values):
+    A, B, C = _matmul(37, 53, 41)
+    task = auto_task([A, B, C])
+    s, _ = task.instantiate(_pick(task, values))
+    _run(s, [A, B, C], _mm)
+
+
+def test_a_contraction_that_is_also_an_output():
+    """Was: compute_at(D, ...): 'C' is an output. C keeps its tiles (and write-back), the
+    activation reading it runs as its own stage."""
+    A, B, C = _matmul(23, 37, 19)
+    D = lt.compute(C.shape, lambda i, j: lt.max(C[i, j], 0.0), name="D")
+    task = auto_task([A, B, C, D])
+    assert "C.cache" in task.config_space.knobs
+    for i in _configs(task, 4):
+        s, _ = task.instantiate(i)
+        _run(s, [A, B, C, D], lambda a, b: (_mm(a, b), np.maximum(_mm(a, b), 0)))
+
+
+def test_bias_relu_transpose_chain_is_one_epilogue():
+    """An epilogue chain by op pattern: bias (broadcast), relu, then a transpose; the chain's
+    stages are inlined into the output, which takes the tiled loops (C per tile)."""
+    A, B, C = _matmul(29, 29, 17)
+    bias = lt.placeholder((29,), "float32", name="bias")
+    E = lt.compute(C.shape, lambda i, j: C[i, j] + bias[j], name="E")
+    F = lt.compute(C.shape, lambda i, j: lt.max(E[i, j], 0.0), name="F")
+    G = lt.compute(C.shape, lambda i, j: F[j, i], name="G")
+    task = auto_task([A, B, bias, G])
+    assert not [k for k in task.config_space.knobs if not k.startswith("C.")]
+    s, _ = task.instantiate(0)
+    assert s.stage("C").attach[0] == "at" and s.stage("E").attach[0] == "inline"
+    for i in _configs(task, 4):
+        _run(task.instantiate(i)[0], [A, B, bias, G],
+             lambda a, b, c: np.maximum(_mm(a, b) + c, 0).T)
+
+
+def test_square_transpose_epilogue_takes_the_tiles_of_the_axes_it_reads():
+    """Was: the epilogue's loop i was split by C's knob of i while it reads C's j (swapped
+    tile limits); the register tile of C is now tile0 x tile1 whatever the output's order."""
+    A, B, C = _matmul(32, 32, 9)
+    D = lt.compute(C.shape, lambda i, j: C[j, i], name="D")
+    task = auto_task([A, B, D])
+    sp = task.config_space
+    rows = next(v for v in sp.knobs["C.tile0"].values if v not in (1, sp.knobs["C.tile1"]
+                                                                  .values[0]))
+    cfg = _pick(task, {"C.tile0": rows, "C.tile1": L})
+    s, _ = task.instantiate(cfg)
+    assert f"allocate C[float32 * {rows}, {L}]" in str(lt.lower(s, [A, B, D]))
+    _run(s, [A, B, D], lambda a, b: _mm(a, b).T)
+
+
+def test_conv_rows_are_the_channels_the_input_vector_is_reused_by():
+    N, C, H, W, K = 1, 5, 9, 37, 12
+    data = lt.placeholder((N, C, H, W), "float32", name="data")
+    weight = lt.placeholder((K, C, 3, 3), "float32", name="weight")
+    rc, ry, rx = (lt.reduce_axis(C, name="rc"), lt.reduce_axis(3, name="ry"),
+                  lt.reduce_axis(3, name="rx"))
+    out = lt.compute((N, K, H - 2, W - 2), lambda n, k, y, x: lt.sum(
+        data[n, rc, y + ry, x + rx] * weight[k, rc, ry, rx], axis=[rc, ry, rx]), name="out")
+    task = auto_task([data, weight, out])
+    sp = task.config_space
+    assert sp.knobs["out.tile1"].values[0] > 1 and sp.knobs["out.tile2"].values[0] == 1
+    assert "out.pack" not in sp.knobs or sp.knobs["out.pack"].values[0] == "none"
+
+    def want(d, w):
+        o = np.zeros((N, K, H - 2, W - 2))
+        for dy in range(3):
+            for dx in range(3):
+                o += np.einsum("nchw,kc->nkhw", d[:, :, dy:dy + H - 2, dx:dx + W - 2],
+                               w[:, :, dy, dx].astype(np.float64))
+        return o
+    for i in _configs(task, 4):
+        _run(task.instantiate(i)[0], [data, weight, out], want)
+
+
+def test_tiles_follow_the_machine_and_the_task_name_says_which():
+    A, B, C = _matmul(64, 256, 32)
+    wide = auto_task([A, B, C], target="c -march=skylake-avx512 -threads=2")
+    narrow = auto_task([A, B, C], target="c -march=haswell -threads=2")
+    assert wide.name != narrow.name
+    assert wide.config_space.knobs["C.tile1"].values[0] == 32
+    assert narrow.config_space.knobs["C.tile1"].values[0] == 16
+    assert machine_of("c -march=haswell -threads=3").threads == 3
+
+
+# ---- the rfactor rule ------------------------------------------------------------------------
+
+def test_gemv_against_a_transposed_weight_is_rfactored_over_lanes():
+    x = lt.placeholder((301,), "float32", name="x")
+    W = lt.placeholder((23, 301), "float32", name="W")
+    k = lt.reduce_axis(301, name="k")
+    y = lt.compute((23,), lambda j: lt.sum(x[k] * W[j, k], axis=k), name="y")
+    task = auto_task([x, W, y])
+    assert task.config_space.knobs["y.lanes"].values[0] == L
+    s, _ = task.instantiate(0)
+    assert s.stage("y.rf").attach[0] == "at"
+    for i in _configs(task, 4):
+        _run(task.instantiate(i)[0], [x, W, y], lambda a, w: w.astype(np.float64) @ a)
+
+
+def test_row_norms_rfactor_and_column_sums_vectorize_across_columns():
+    X = lt.placeholder((5, 203), "float32", name="X")
+    k = lt.reduce_axis(203, name="k")
+    rows = lt.compute((5,), lambda i: lt.sum(X[i, k] * X[i, k], axis=k), name="rows")
+    task = auto_task([X, rows])
+    assert task.config_space.knobs["rows.lanes"].values[0] == L
+    for i in _configs(task, 4):
+        _run(task.instantiate(i)[0], [X, rows], lambda a: (a.astype(np.float64) ** 2).sum(1))
+    Y = lt.placeholder((203, 67), "float32", name="Y")
+    r = lt.reduce_axis(203, name="r")
+    cols = lt.compute((67,), lambda j: lt.sum(Y[r, j], axis=r), name="cols")
+    task = auto_task([Y, cols])
+    assert task.config_space.knobs["cols.lanes"].values[0] == 1
+    assert task.config_space.knobs["cols.vec"].values[0] == "inner"
+    for i in _configs(task, 4):
+        _run(task.instantiate(i)[0], [Y, cols], lambda a: a.astype(np.float64).sum(0))
+
+
+def test_a_global_sum_is_rfactored_at_root():
+    X = lt.placeholder((3, 101), "float32", name="X")
+    a, b = lt.reduce_axis(3, name="a"), lt.reduce_axis(101, name="b")
+    tot = lt.compute((1,), lambda i: lt.sum(X[a, b], axis=[a, b]), name="tot")
+    task = auto_task([X, tot])
+    for i in _configs(task, 4):
+        _run(task.instantiate(i)[0], [X, tot], lambda x: x.astype(np.float64).sum(keepdims=True)
+             .reshape(1))
+
+
+# ---- the fallback's other choices ----------------------------------------------------------
+
+def test_transposes_get_2d_tiles_and_rows_get_whole_vectors_in_the_fallback():
+    X = lt.placeholder((67, 45), "float32", name="X")
+    T = lt.compute((45, 67), lambda i, j: X[j, i], name="T")
+    task = auto_task([X, T])
+    assert task.config_space.knobs["T.rows"].values[0] == L
+    assert task.config_space.knobs["T.width"].values[0] == L
+    _run(task.instantiate(0)[0], [X, T], lambda x: x.T)
+    E = lt.compute((67, 45), lambda i, j: X[i, j] * 2.0, name="E")
+    task = auto_task([X, E])
+    assert task.config_space.knobs["E.rows"].values[0] == 1
+
+
+def test_softmax_fallback_is_fused_per_row_with_buffered_exponentials():
+    X = lt.placeholder((7, 45), "float32", name="X")
+    k1, k2 = lt.reduce_axis(45, name="k1"), lt.reduce_axis(45, name="k2")
+    mx = lt.compute((7,), lambda i: lt.max(X[i, k1], axis=k1), name="mx")
+    e = lt.compute((7, 45), lambda i, j: lt.exp(X[i, j] - mx[i]), name="e")
+    sm = lt.compute((7,), lambda i: lt.sum(e[i, k2], axis=k2), name="sm")
+    out = lt.compute((7, 45), lambda i, j: e[i, j] / sm[i], name="out")
+    task = auto_task([X, out])
+    s, _ = task.instantiate(0)
+    attach = {st.name: st.attach[0] for st in s.stages}
+    assert attach["e"] == attach["mx"] == attach["sm"] == "at"
+    assert attach["mx.rf"] == attach["sm.rf"] == "at"
+
+    def want(x):
+        z = np.exp(x.astype(np.float64) - x.max(1, keepdims=True))
+        return z / z.sum(1, keepdims=True)
+    for i in _configs(task, 6):
+        _run(task.instantiate(i)[0], [X, out], want)
