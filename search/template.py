@@ -93,6 +93,10 @@ class Template:
                                     "template arguments must be positional (they form the "
                                     "task key)")
         self._warned: set[TaskKey] = set()
+        # True when the schedule's steps and the compute DAG are all that a config changes
+        # (no knob acts through anything else, e.g. the process it runs in): two configs
+        # with equal steps are one program, measured once (search/programs.py)
+        self.steps_identify_program = False
         self.__doc__ = func.__doc__
         self.__name__ = getattr(func, "__name__", name)
         self.__wrapped__ = func
