@@ -36,7 +36,6 @@ import numpy as np
 from ..errors import LooptuneError
 from .log import load_records
 from .measure import ErrorKind, MeasureOption, Measurer, MeasureResult
-from .programs import ProgramSet
 from .space import ConfigEntity
 from .task import Task
 
@@ -92,7 +91,6 @@ class Tuner:
         self._best_trial = 0
         self.remeasured: list[MeasureResult] = []     # re-measure runs (not trials)
         self.interrupted = False
-        self.programs = ProgramSet(task)              # one measurement per distinct program
 
     # ---- what subclasses implement -------------------------------------------------------
 
@@ -154,10 +152,12 @@ class Tuner:
     def _record(self, res: MeasureResult) -> None:
         self.trials += 1
         self.history.append(res)
-        if res.ok and (self.best is None or (res.cost, res.config.index)
-                       < (self.best.cost, self.best.config.index)):   # ties: as rank_configs
+        if res.ok and (self.best is None or res.cost < self.best.cost):
             self.best = res
             self._best_trial = self.trials
+        elif res.ok and res.cost == self.best.cost and res.config.index < self.best.config.index:
+            self.best = res          # a tie goes to the lower index, as in rank_configs; it is
+                                     # no improvement (early stopping counts on)
 
     def tune(self, n_trial: int | None = None, measure_option: MeasureOption | None = None,
              callbacks: Sequence[Callback] = (), early_stopping: int | None = None,
@@ -216,17 +216,12 @@ class Tuner:
             if not batch:
                 break
             results = []
-            for res, fresh in self.programs.measure(measurer, batch, self):
-                if fresh:               # else a program measured before: not a new trial
-                    self._record(res)
-                    for cb in callbacks:
-                        cb(self, res)
+            for res in measurer.measure(batch):
+                self._record(res)
                 results.append(res)
+                for cb in callbacks:
+                    cb(self, res)
             self.update(batch, results)
-            if self.programs.spent:
-                log.info("%s: the last %d proposals were all programs measured before",
-                         self.task.key, self.programs.stale)
-                break
 
     def _hint_trials(self, t0: float, deadline: float) -> None:
         """With only a time budget, tuners whose schedule follows the expected number of
