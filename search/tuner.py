@@ -36,6 +36,7 @@ import numpy as np
 from ..errors import LooptuneError
 from .log import load_records
 from .measure import ErrorKind, MeasureOption, Measurer, MeasureResult
+from .programs import ProgramSet
 from .space import ConfigEntity
 from .task import Task
 
@@ -91,6 +92,7 @@ class Tuner:
         self._best_trial = 0
         self.remeasured: list[MeasureResult] = []     # re-measure runs (not trials)
         self.interrupted = False
+        self.programs = ProgramSet(task)              # one measurement per distinct program
 
     # ---- what subclasses implement -------------------------------------------------------
 
@@ -216,12 +218,17 @@ class Tuner:
             if not batch:
                 break
             results = []
-            for res in measurer.measure(batch):
-                self._record(res)
+            for res, fresh in self.programs.measure(measurer, batch, self):
+                if fresh:               # else a program measured before: not a new trial
+                    self._record(res)
+                    for cb in callbacks:
+                        cb(self, res)
                 results.append(res)
-                for cb in callbacks:
-                    cb(self, res)
             self.update(batch, results)
+            if self.programs.spent:
+                log.info("%s: the last %d proposals were all programs measured before",
+                         self.task.key, self.programs.stale)
+                break
 
     def _hint_trials(self, t0: float, deadline: float) -> None:
         """With only a time budget, tuners whose schedule follows the expected number of
