@@ -22,6 +22,7 @@ from ..lang.simplify import const_bound, simplify, upper_bound
 from ..lang.visitor import ExprVisitor
 from ..schedule.lower import LoweredFunc
 from ..schedule.stmt import Buffer, For, ForKind, StmtVisitor
+from .c_math import helper_source
 from .sanitize import c_identifier, is_reserved
 
 STACK_LIMIT = 8 * 1024   # bytes; larger or symbolic buffers go to the heap (big stack arrays
@@ -162,8 +163,10 @@ class _CExpr(ExprVisitor):
         d = e.dtype
         one = "1.0f" if d == "float32" else "1.0"
         if e.name == "sigmoid":
-            self.gen.math.add(_fn("exp", d))
-            return f"({one} / ({one} + {_fn('exp', d)}(-({args[0]}))))"
+            exp = self.gen.exp_function(d)
+            return f"({one} / ({one} + {exp}(-({args[0]}))))"
+        if e.name == "exp":
+            return f"{self.gen.exp_function(d)}({args[0]})"
         if e.name == "rsqrt":
             return f"({one} / {_fn('sqrt', d)}({args[0]}))"
         if e.name not in _FLOAT_FN:
@@ -187,9 +190,12 @@ class _CExpr(ExprVisitor):
 class CCodegen(StmtVisitor):
     """Turns a LoweredFunc into a C translation unit with one exported function."""
 
-    def __init__(self, threads: int | None = None, bounds_check: bool = False):
+    def __init__(self, threads: int | None = None, bounds_check: bool = False,
+                 libm_exp: bool = False):
         self.lines: list[str] = []
         self.bounds_check = bounds_check
+        self.libm_exp = libm_exp
+        self.helpers: set[str] = set()
         self.checks: list[BoundsCheck] = []
         self.depth = 1
         self.names: dict[tuple, str] = {}
@@ -219,6 +225,16 @@ class CCodegen(StmtVisitor):
 
     def buf_name(self, b: Buffer) -> str:
         return self._unique(("b", b.uid), b.name)
+
+    def exp_function(self, dtype: str) -> str:
+        """The C function computing ``exp`` in ``dtype``: the inlined ``lt_expf`` for float32
+        (unless -libm-exp), the C library's otherwise."""
+        if dtype == "float32" and not self.libm_exp:
+            self.helpers.add("lt_expf")
+            return "lt_expf"
+        fn = _fn("exp", dtype)
+        self.math.add(fn)
+        return fn
 
     # ---- expressions -------------------------------------------------------------------
 
@@ -369,7 +385,8 @@ class CCodegen(StmtVisitor):
         sig = f"int {f.name}({', '.join(params)})"
         return CSource(f"{sig} {{\n  int lt_status = 0;\n{body}\n  return lt_status;\n}}\n",
                        sig + ";", frozenset(self.minmax), self.uses_parallel,
-                       frozenset(self.math & vector_math_functions()), tuple(self.checks))
+                       frozenset(self.math & vector_math_functions()), tuple(self.checks),
+                       frozenset(self.helpers))
 
 
 @dataclass(frozen=True)
@@ -398,6 +415,7 @@ class CSource:
     uses_parallel: bool
     vector_math: frozenset = frozenset()   # libm functions declared SIMD (glibc libmvec)
     checks: tuple = ()                     # BoundsCheck of each -bounds-check site, in order
+    helpers: frozenset = frozenset()       # math helpers of backends/c_math.py it calls
 
     @property
     def source(self) -> str:
@@ -413,6 +431,7 @@ def translation_unit(parts: list[CSource]) -> str:
     # let gcc call glibc's vector math (libmvec) from vectorized loops, as -ffast-math would,
     # without -ffast-math's other effects on exactness
     decls = "".join(f"#pragma omp declare simd notinbranch\n{_proto(fn)}\n" for fn in vm)
+    helpers += helper_source(set().union(*(p.helpers for p in parts)))
     return PRELUDE + decls + helpers + "".join("\n" + p.function for p in parts)
 
 
@@ -452,12 +471,14 @@ def _minmax_helpers(d: str) -> str:
 
 
 def generate_c(f: LoweredFunc, threads: int | None = None, bounds_check: bool = False,
-               may_alias: frozenset[int] = frozenset()) -> CSource:
+               may_alias: frozenset[int] = frozenset(), libm_exp: bool = False) -> CSource:
     """C code for one lowered function; ``bounds_check``: data-dependent indices are checked at
     run time (the target option -bounds-check). Every pointer parameter is ``restrict`` but
     those at the argument positions ``may_alias``: the caller may pass them one buffer (an
-    in-place elementwise update; see ``build(may_alias=...)``)."""
+    in-place elementwise update; see ``build(may_alias=...)``). float32 ``exp`` (and
+    ``sigmoid``) inline the vectorizable ``lt_expf`` of backends/c_math.py unless ``libm_exp``
+    (the target option -libm-exp), which calls the C library's ``expf``."""
     from ..lang.tensor import PlaceholderOp
-    gen = CCodegen(threads, bounds_check)
+    gen = CCodegen(threads, bounds_check, libm_exp)
     inputs = {id(t) for t in f.args if isinstance(t.op, PlaceholderOp)}
     return gen.function(f, inputs, frozenset(may_alias))

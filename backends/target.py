@@ -1,6 +1,7 @@
 """Target strings: ``"c"``, ``"c -cc=clang -threads=2"``, ``"opencl -device=cpu"``."""
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -9,7 +10,7 @@ import numpy as np
 from ..errors import BuildError
 
 _KNOWN = {
-    "c": {"cc", "threads", "sanitize", "fast-math", "O", "march", "bounds-check"},
+    "c": {"cc", "threads", "sanitize", "fast-math", "O", "march", "bounds-check", "libm-exp"},
     "opencl": {"device", "platform"},
 }
 # options that take a value, with the values they accept (None: any non-empty text)
@@ -22,7 +23,7 @@ _VALUES = {
     "device": (None, "a device type such as -device=cpu"),
     "platform": (None, "a platform name such as -platform=pocl"),
 }
-_BARE_OK = {"sanitize", "fast-math", "bounds-check"}
+_BARE_OK = {"sanitize", "fast-math", "bounds-check", "libm-exp"}
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,56 @@ class Target:
         return max(1, simd_bytes(self.options.get("cc", "gcc"),
                                  self.options.get("march", "native")) // itemsize)
 
+    def vector_registers(self) -> int:
+        """How many SIMD registers the compiler has for this C target: 32 with AVX-512 (zmm)
+        and on AArch64, 16 with AVX/AVX2/SSE on x86-64. For register tiles: a tile of ``r``
+        accumulators needs ``r`` plus the operands it loads per step to fit."""
+        import platform
+        lanes_bytes = self.vector_lanes("uint8")
+        if lanes_bytes >= 64 or platform.machine() in ("aarch64", "arm64"):
+            return 32
+        return 16
+
+    def cache_bytes(self, level: int) -> int:
+        """The size in bytes of one instance of this machine's data (or unified) cache at
+        ``level`` (1, 2 or 3), as Linux's sysfs tells for cpu0, else ``sysconf``, else a
+        common size (32 KiB, 512 KiB, 8 MiB). For blocking loops to the caches."""
+        if level not in _CACHE_DEFAULTS:
+            raise BuildError(f"cache_bytes({level!r}): the level must be 1, 2 or 3")
+        return _cache_bytes(level)
+
+
+
+_CACHE_DEFAULTS = {1: 32 << 10, 2: 512 << 10, 3: 8 << 20}
+_SYSCONF = {1: "SC_LEVEL1_DCACHE_SIZE", 2: "SC_LEVEL2_CACHE_SIZE", 3: "SC_LEVEL3_CACHE_SIZE"}
+
+
+@functools.cache
+def _cache_bytes(level: int) -> int:
+    import glob
+    import os
+    for d in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*")):
+        try:
+            with open(f"{d}/level") as f:
+                lv = int(f.read())
+            with open(f"{d}/type") as f:
+                kind = f.read().strip()
+            with open(f"{d}/size") as f:
+                size = f.read().strip()
+        except (OSError, ValueError):
+            continue
+        if lv == level and kind in ("Data", "Unified"):
+            unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:], 1)
+            digits = size.rstrip("KMG")
+            if digits.isdigit() and int(digits) > 0:
+                return int(digits) * unit
+    try:
+        n = os.sysconf(_SYSCONF[level])
+        if n > 0:
+            return n
+    except (ValueError, OSError):
+        pass
+    return _CACHE_DEFAULTS[level]
 
 
 def _check_option(kind: str, key: str, val, where: str) -> None:

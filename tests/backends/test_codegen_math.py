@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from util import rand, run_check
+from util import ALIVE, rand, run_check
 
 import looptune as lt
 
@@ -197,3 +197,152 @@ def test_constant_bodies():
     assert F.dtype == "float32" and Ti.dtype == "int32"
     run_check(lt.create_schedule([F, Ti]), [F, Ti], {},
               {"F": np.full((5, 3), 1.5), "I": np.full(7, 4, np.int32)})
+
+
+# ---- the inlined float32 exp (backends/c_math.py) -------------------------------------------
+
+F32_MAX_ULP = 1.03      # the documented bound of lt_expf (backends/c_math.py)
+
+
+def _exp_kernel(n: int, target: str = "c"):
+    X = lt.placeholder((n,), "float32", name="X")
+    Y = lt.compute((n,), lambda i: lt.exp(X[i]), name="Y")
+    s = lt.create_schedule(Y)
+    _, xi = s[Y].split(s[Y].op.axis[0], factor=64)
+    s[Y].vectorize(xi)
+    f = lt.build(s, [X, Y], target=target, name="exp_kernel")
+    ALIVE.append(f)
+    return f
+
+
+def _ulp_error(x: np.ndarray, got: np.ndarray) -> np.ndarray:
+    """|got - exp(x)| in float32 ulps of the exact value (numpy's float64 exp); a result that
+    overflows float32 must be +inf (error 0), any other value there counts as infinitely off."""
+    with np.errstate(over="ignore"):
+        exact = np.exp(x.astype(np.float64))
+        rounded = exact.astype(np.float32)
+    e = np.floor(np.log2(np.maximum(exact, 2.0**-149)))
+    ulp = np.exp2(np.maximum(e, -126) - 23)
+    with np.errstate(invalid="ignore"):
+        err = np.abs(got.astype(np.float64) - exact) / ulp
+    over = np.isinf(rounded)
+    err[over] = np.where(got[over] == np.inf, 0.0, np.inf)
+    return err
+
+
+def _dense_float32(stride: int, chunk: int = 1 << 22):
+    """Every ``stride``-th float32 bit pattern of both signs, from 0 up to |x| = 105 (beyond it
+    exp is 0 or +inf), in chunks."""
+    for sign, top in ((0, 90.0), (0x80000000, 105.0)):
+        last = int(np.float32(top).view(np.uint32))
+        for start in range(0, last + 1, chunk * stride):
+            bits = np.arange(start, min(start + chunk * stride, last + 1), stride,
+                             dtype=np.uint32)
+            yield (bits | np.uint32(sign)).view(np.float32)
+
+
+def _worst_ulp(f, n: int, stride: int) -> tuple[float, float]:
+    """(largest ulp error, its input) of the ``n``-element exp kernel ``f`` over the sample."""
+    worst = (0.0, 0.0)
+    xs, y = np.zeros(n, np.float32), np.empty(n, np.float32)
+    for x in _dense_float32(stride, n):
+        xs[:x.size] = x
+        f(xs, y)
+        err = _ulp_error(x, y[:x.size])
+        k = int(np.argmax(err))
+        if err[k] > worst[0]:
+            worst = (float(err[k]), float(x[k]))
+    return worst
+
+
+def _exp_of(f, x) -> np.ndarray:
+    x = np.asarray(x, np.float32)
+    y = np.empty_like(x)
+    f(x, y)
+    return y
+
+
+def test_fast_exp_is_inlined_by_default_and_libm_on_request():
+    f = _exp_kernel(64)
+    assert "lt_expf(" in f.source and "expf(" not in f.source.replace("lt_expf(", "")
+    g = _exp_kernel(64, "c -libm-exp")
+    assert "lt_expf" not in g.source and "expf(" in g.source
+    x = np.linspace(-20, 20, 64, dtype=np.float32)
+    assert _ulp_error(x, _exp_of(f, x)).max() <= F32_MAX_ULP
+    assert _ulp_error(x, _exp_of(g, x)).max() <= 4     # glibc's vector expf: up to ~2 ulp
+
+
+def test_fast_exp_within_1_03_ulp_on_a_dense_sample_of_float32():
+    """Every 1021st float32 bit pattern of both signs up to |x| = 105 (2.2 million inputs)."""
+    err, at = _worst_ulp(_exp_kernel(1 << 21), 1 << 21, 1021)
+    assert err <= F32_MAX_ULP, f"exp({at!r}) is {err:.3f} ulp off"
+
+
+@pytest.mark.slow
+def test_fast_exp_within_1_03_ulp_on_a_denser_sample_of_float32():
+    """Every 61st float32 bit pattern (37 million inputs), every exponent and mantissa region."""
+    err, at = _worst_ulp(_exp_kernel(1 << 21), 1 << 21, 61)
+    assert err <= F32_MAX_ULP, f"exp({at!r}) is {err:.3f} ulp off"
+
+
+def test_fast_exp_special_values_overflow_and_underflow():
+    f = _exp_kernel(22)
+    big = np.float32(88.72283935546875)           # the first float32 whose exp overflows
+    tiny = np.float32(-103.97207641601562)       # the last whose exp rounds up to 2^-149
+    x = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, big, np.nextafter(big, 0), 89.0, 1e30,
+                  -87.33654, -87.5, -100.0, tiny, np.nextafter(tiny, -200), -104.0, -1e30,
+                  3.4e38, -3.4e38, 1e-45, -1e-45, 0.5, -0.5], np.float32)
+    y = _exp_of(f, x)
+    assert np.isnan(y[0]) and y[1] == np.inf and y[2] == 0.0 and y[3] == 1.0 and y[4] == 1.0
+    assert y[5] == np.inf and np.isfinite(y[6]) and y[7] == np.inf and y[8] == np.inf
+    assert y[13] == 0.0 and y[14] == 0.0 and y[15] == 0.0 and y[16] == np.inf and y[17] == 0
+    assert 0 < y[10] < np.finfo(np.float32).tiny and y[12] == np.float32(2.0**-149)
+    assert _ulp_error(x[1:], y[1:]).max() <= F32_MAX_ULP
+
+
+def test_fast_exp_nan_payloads_and_every_lane_position():
+    """A NaN anywhere in a vector (every position of a 67-element array) stays NaN and leaves
+    its neighbours exact."""
+    f = _exp_kernel(67)
+    rng = np.random.default_rng(21)
+    for pos in range(67):
+        x = rand(rng, (67,), lo=-30, hi=30)
+        x[pos] = np.nan
+        y = _exp_of(f, x)
+        assert np.isnan(y[pos])
+        ok = np.arange(67) != pos
+        assert _ulp_error(x[ok], y[ok]).max() <= F32_MAX_ULP
+
+
+def test_libm_exp_option_takes_no_value():
+    with pytest.raises(lt.BuildError, match="option -libm-exp takes no value"):
+        lt.Target.parse("c -libm-exp=1")
+
+
+@pytest.mark.parametrize("target", ["c", "c -libm-exp"])
+def test_softmax_sigmoid_logsumexp_with_fast_exp(target):
+    """Kernels built on exp stay within float32 tolerance of float64 numpy over wide ranges:
+    a row softmax (terms down to exp(-200), underflowing), sigmoid over [-100, 100] (both
+    tails) and tanh (libm), vectorized. rtol 1e-5: x - max rounds in float32 before exp (an
+    error of a few 1e-6 at |x - max| ~ 64, the same with either exp)."""
+    n, m = 13, 61
+    X = lt.placeholder((n, m), "float32", name="X")
+    k = lt.reduce_axis(m, name="k")
+    mx = lt.compute((n,), lambda i: lt.max(X[i, k], axis=k), name="mx")
+    e = lt.compute((n, m), lambda i, j: lt.exp(X[i, j] - mx[i]), name="e")
+    k2 = lt.reduce_axis(m, name="k2")
+    sm = lt.compute((n,), lambda i: lt.sum(e[i, k2], axis=k2), name="sm")
+    out = lt.compute((n, m), lambda i, j: e[i, j] / sm[i], name="out")
+    sg = lt.compute((n, m), lambda i, j: lt.sigmoid(X[i, j]), name="sg")
+    th = lt.compute((n, m), lambda i, j: lt.tanh(X[i, j] * 0.05), name="th")
+    s = lt.create_schedule([out, sg, th])
+    for T in (out, sg, th, e):
+        s[T].vectorize(s[T].op.axis[1])
+    x = rand(np.random.default_rng(22), (n, m), lo=-100, hi=100)
+    x64 = x.astype(np.float64)
+    ex = np.exp(x64 - x64.max(axis=1, keepdims=True))
+    f = lt.build(s, [X, out, sg, th], target=target)
+    assert ("lt_expf" in f.source) == (target == "c")
+    run_check(s, [X, out, sg, th], {"X": x},
+              {"out": ex / ex.sum(axis=1, keepdims=True), "sg": 1 / (1 + np.exp(-x64)),
+               "th": np.tanh(x64 * 0.05)}, rtol=1e-5, atol=1e-37, f=f)

@@ -1,0 +1,44 @@
+"""Target.vector_registers and Target.cache_bytes: the machine facts hand schedules size their
+register tiles and cache blocks from (examples/matmul.py's blocking)."""
+from __future__ import annotations
+
+import platform
+
+import pytest
+
+import looptune as lt
+from looptune.backends import target as target_mod
+
+
+def test_vector_registers_follow_the_instruction_set():
+    native = lt.Target.parse("c")
+    if platform.machine() == "x86_64":
+        assert native.vector_registers() == (32 if native.vector_lanes("float32") >= 16 else 16)
+    else:                                             # AArch64: 32 registers of 4 lanes
+        assert native.vector_registers() == 32
+    haswell = lt.Target.parse("c -march=haswell")
+    if haswell.vector_lanes("float32") == 8:          # an x86-64 compiler
+        assert haswell.vector_registers() == 16
+        assert lt.Target.parse("c -march=skylake-avx512").vector_registers() == 32
+
+
+def test_cache_bytes_are_sane_and_ordered():
+    t = lt.Target.parse("c")
+    l1, l2, l3 = (t.cache_bytes(level) for level in (1, 2, 3))
+    assert 4 << 10 <= l1 <= l2 <= l3 <= 4 << 30
+
+
+def test_cache_bytes_falls_back_without_sysfs(monkeypatch):
+    monkeypatch.setattr(target_mod, "_SYSCONF", {1: "SC_NO_SUCH", 2: "SC_NO_SUCH",
+                                                 3: "SC_NO_SUCH"})
+    monkeypatch.setattr("glob.glob", lambda pattern: [])
+    target_mod._cache_bytes.cache_clear()
+    try:
+        assert lt.Target.parse("c").cache_bytes(2) == 512 << 10
+    finally:
+        target_mod._cache_bytes.cache_clear()
+
+
+def test_cache_bytes_rejects_other_levels():
+    with pytest.raises(lt.BuildError, match=r"cache_bytes\(4\): the level must be 1, 2 or 3"):
+        lt.Target.parse("c").cache_bytes(4)
