@@ -63,3 +63,48 @@ def test_auto_schedule_space_is_exact(op):
     _run(op, args, *task.instantiate(0))
     for cfg in task.config_space.sample(min(3, len(task.config_space)), 11):
         _run(op, args, *task.instantiate(cfg))
+
+
+def _example(name: str):
+    (op, *_) = load_operators(str(EXAMPLES / f"{name}.py"))
+    import sys
+    return sys.modules[op.hand_schedule.__module__]
+
+
+@pytest.mark.parametrize("target", ["c", "c -march=haswell"])
+def test_matmul_blocking_fits_the_registers(target):
+    """The micro-tile of examples/matmul.py: 2 * mr accumulators + 2 B vectors + a broadcast
+    fit the target's registers (6 x 16 with AVX2's 16 ymm, 8 x 32 with AVX-512's 32 zmm)."""
+    mm = _example("matmul")
+    t = lt.Target.parse(target)
+    b = mm.blocking(1024, 1024, 1024, target=target)
+    assert b["nr"] == 2 * t.vector_lanes("float32")
+    assert 2 * b["mr"] + 3 <= t.vector_registers() and b["mr"] <= 8
+    assert b["kc"] * 4 * (b["mr"] + b["nr"]) <= t.cache_bytes(2) // 4 or b["kc"] <= 8
+
+
+@pytest.mark.parametrize("sizes", [(37, 45, 70), (9, 100, 33), (1, 1, 1)])
+@pytest.mark.parametrize("blk", [dict(mr=8, nr=32, kc=16, mc=16, nc=32),
+                                 dict(mr=6, nr=16, kc=70, mc=12, nc=48),
+                                 dict(mr=3, nr=8, kc=7, mc=9, nc=8)])
+def test_matmul_k_blocked_packed_schedule_is_exact(sizes, blk):
+    """K blocks (kc not dividing K), packed panels zero-padded on every side, tiles with
+    tails: C matches numpy (C's outputs start as NaN)."""
+    mm = _example("matmul")
+    s, tensors = mm._schedule(*sizes, "float32", **blk)
+    N, M, K = sizes
+    rng = np.random.default_rng(5)
+    a, b = rng.random((N, K), dtype=np.float32), rng.random((K, M), dtype=np.float32)
+    c = np.full((N, M), np.nan, np.float32)
+    lt.build(s, tensors)(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_hand_schedule_for_avx2_is_exact():
+    mm = _example("matmul")
+    s, tensors = mm.hand_schedule(13, 45, 7, target="c -march=haswell")
+    rng = np.random.default_rng(6)
+    a, b = rng.random((13, 7), dtype=np.float32), rng.random((7, 45), dtype=np.float32)
+    c = np.full((13, 45), np.nan, np.float32)
+    lt.build(s, tensors, target="c -march=haswell")(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
