@@ -84,9 +84,9 @@ def test_matmul_blocking_fits_the_registers(target):
 
 
 @pytest.mark.parametrize("sizes", [(37, 45, 70), (9, 100, 33), (1, 1, 1)])
-@pytest.mark.parametrize("blk", [dict(mr=8, nr=32, kc=16, mc=16, nc=32),
-                                 dict(mr=6, nr=16, kc=70, mc=12, nc=48),
-                                 dict(mr=3, nr=8, kc=7, mc=9, nc=8)])
+@pytest.mark.parametrize("blk", [{"mr": 8, "nr": 32, "kc": 16, "mc": 16, "nc": 32},
+                                 {"mr": 6, "nr": 16, "kc": 70, "mc": 12, "nc": 48},
+                                 {"mr": 3, "nr": 8, "kc": 7, "mc": 9, "nc": 8}])
 def test_matmul_k_blocked_packed_schedule_is_exact(sizes, blk):
     """K blocks (kc not dividing K), packed panels zero-padded on every side, tiles with
     tails: C matches numpy (C's outputs start as NaN)."""
