@@ -275,7 +275,9 @@ def auto_schedule(tensors: Sequence[Tensor], trials: int = 200, log_file: str | 
     template, and return the best one found; ``lt.build(s, tensors)`` builds it.
 
     ``trials`` measurements with ``tuner`` ("gbt", "ga", "sa", "random", "grid", "optuna" or
-    a Tuner class); every one is appended to ``log_file`` when given, and with ``resume``
+    a Tuner class), the first of them the fallback (config 0, what the graph compiler builds
+    without a log), so the result is never worse than it as measured; every one is appended
+    to ``log_file`` when given, and with ``resume``
     (default) the trials that log already holds for this definition count and are not
     measured again. ``trials=0`` only reads the log: the schedule of its best record.
     """
@@ -295,10 +297,12 @@ def auto_schedule(tensors: Sequence[Tensor], trials: int = 200, log_file: str | 
     if trials > 0:
         t = make_tuner(tuner, task, seed) if isinstance(tuner, str) else tuner(task, seed=seed)
         callbacks = [log_to_file(log_file)] if log_file else []
+        resume = bool(resume and log_file and os.path.exists(log_file))
+        opt = measure_option or MeasureOption()
+        _fallback_first(t, opt, callbacks, log_file if resume else None)
         if progress:
             callbacks.append(progress_bar())
-        res = t.tune(trials, measure_option or MeasureOption(), callbacks=callbacks,
-                     resume=bool(resume and log_file and os.path.exists(log_file)))
+        res = t.tune(trials, opt, callbacks=callbacks, resume=resume)
         if res is not None and res.ok:
             best_index = res.config.index
     if log_file and os.path.exists(log_file):       # every trial of this definition, resumed
@@ -317,3 +321,18 @@ def auto_schedule(tensors: Sequence[Tensor], trials: int = 200, log_file: str | 
                             f"{task.key} no longer gives a valid schedule ({e}); tune again "
                             "with a new log_file") from e
     return s
+
+
+def _fallback_first(tuner, opt, callbacks: list, log_file: str | None) -> None:
+    """Measure config 0 as the first trial (unless the log holds it): the tuner learns from
+    it and the log callbacks write it."""
+    from .callbacks import LogToFile
+    from .log import load_records
+    from .measure import measure_configs
+    if log_file and any(r.index == 0 for r in load_records(log_file, tuner.task)):
+        return
+    (res,) = measure_configs(tuner.task, [0], opt)
+    tuner.load_history([res])
+    for cb in callbacks:
+        if isinstance(cb, LogToFile):
+            cb(tuner, res)

@@ -141,7 +141,7 @@ def test_resumed_results_key_their_programs():
 
 
 @pytest.mark.slow
-def test_a_tuned_log_holds_one_record_per_program(tmp_path):
+def test_a_tuned_log_holds_one_record_per_program_the_fallback_first(tmp_path):
     log = tmp_path / "auto.jsonl"
     args = util_softmax(N=9, M=41).args
     lt.search.auto_schedule(args, trials=8, log_file=str(log), tuner="sa",
@@ -149,6 +149,7 @@ def test_a_tuned_log_holds_one_record_per_program(tmp_path):
     recs = [json.loads(x) for x in log.read_text().splitlines()]
     recs = [r for r in recs if r.get("kind", "measure") == "measure"]
     assert len(recs) == 8 and len({r["steps"] for r in recs}) == 8
+    assert recs[0]["config"]["index"] == 0            # the fallback is the first trial
     task = auto_task(args)
     for r in recs:
         cfg = task.config_space.get(r["config"]["index"])
