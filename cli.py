@@ -297,9 +297,9 @@ def main(argv: list[str] | None = None) -> int:
     except CLIError as e:
         print(f"looptune {ns.command}: error: {e}", file=sys.stderr)
         return 2
-    except LooptuneError as e:
+    except LooptuneError as e:       # a user mistake looptune diagnosed: one line, exit 2
         print(f"looptune {ns.command}: {type(e).__name__}: {e}", file=sys.stderr)
-        return 1
+        return 2
     except KeyboardInterrupt:
         print(f"looptune {ns.command}: interrupted", file=sys.stderr)
         return 130

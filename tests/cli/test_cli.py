@@ -192,9 +192,25 @@ def test_log_of_another_task(tuned_log, capsys):
 def test_unwritable_export_output(tmp_path, capsys):
     blocker = tmp_path / "f"
     blocker.write_text("x")
-    assert main(["export", MATMUL, "-o", str(blocker / "lib")]) != 0
+    assert main(["export", MATMUL, "-o", str(blocker / "lib")]) == 2
     err = capsys.readouterr().err
     assert "cannot create" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv, env, message", [
+    (["bench", MATMUL, "--args", "8,8,8"], {"LOOPTUNE_CACHE": "FILE"},
+     "BuildError: the build cache"),
+    (["bench", MATMUL, "--args", "8,8,8", "--target", "c -cc="], {}, "BuildError"),
+])
+def test_looptune_errors_are_one_line_with_exit_2(argv, env, message, tmp_path, capsys,
+                                                  monkeypatch):
+    blocker = tmp_path / "f"
+    blocker.write_text("x")
+    for k, v in env.items():
+        monkeypatch.setenv(k, str(blocker) if v == "FILE" else v)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
 
 
 def test_python_dash_m_runs_the_command():
