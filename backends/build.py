@@ -14,7 +14,7 @@ from ..schedule.schedule import Schedule
 from .arrays import host_arrays
 from .c_codegen import CSource, generate_c
 from .compiler import check_sanitizer_runtime, compile_shared, flags_for
-from .module import ArgChecker, TimeResult, time_callable
+from .module import ArgChecker, TimeResult, pin_openmp_runtime, time_callable
 from .sanitize import check_function_name
 from .target import Target
 
@@ -195,6 +195,7 @@ def _load(path: str, decl: str) -> tuple:
         ffi.cdef(decl)
         try:
             _LOADED[key] = (ffi, ffi.dlopen(path))
+            pin_openmp_runtime()     # the OpenMP runtime it brought outlives it (module.py)
         except OSError as e:
             raise BuildError(f"build: cannot load the compiled library {path}: {e}; rebuild "
                              "without the target options that need a runtime this process "

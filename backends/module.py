@@ -1,6 +1,8 @@
 """The run-time Module: a compiled function with argument checks and timing."""
 from __future__ import annotations
 
+import os
+import re
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -205,6 +207,33 @@ def _gomp_loaded() -> bool:
 
 _GOMP_PRELOADED = _gomp_loaded()
 configure_openmp_runtime()
+
+# Pinning: unloading the OpenMP runtime while its idle threads still run its code kills the
+# process with SIGSEGV. With OMP_WAIT_POLICY=active they spin forever, so a process that ran a
+# parallel kernel crashed at exit, when its kernels (the runtime's only users) were unloaded.
+_PINNED: set[str] = set()
+_OPENMP_RUNTIME = re.compile(r"\S*/lib(?:gomp|omp|iomp5)(?:-[0-9a-f]+)?\.so[.0-9]*$", re.M)
+
+
+def pin_openmp_runtime() -> bool:
+    """Keep every OpenMP runtime loaded in this process (libgomp; clang's libomp) loaded until
+    the process ends (``RTLD_NODELETE``), so that unloading kernels never unloads the code
+    OpenMP's idle threads run. The C backend calls it after loading each compiled library;
+    returns whether a runtime is pinned."""
+    import ctypes
+    mode = getattr(os, "RTLD_NODELETE", 0) | getattr(os, "RTLD_NOLOAD", 0)
+    try:
+        with open("/proc/self/maps") as f:
+            mapped = set(_OPENMP_RUNTIME.findall(f.read()))
+    except OSError:                       # no /proc: the system's libgomp, if it is loaded
+        mapped = {"libgomp.so.1"}
+    for path in sorted(mapped - _PINNED):
+        try:
+            ctypes.CDLL(path, mode=mode)
+            _PINNED.add(path)
+        except OSError:
+            pass
+    return bool(_PINNED)
 
 
 def uses_vars(t) -> bool:
