@@ -212,7 +212,8 @@ configure_openmp_runtime()
 # process with SIGSEGV. With OMP_WAIT_POLICY=active they spin forever, so a process that ran a
 # parallel kernel crashed at exit, when its kernels (the runtime's only users) were unloaded.
 _PINNED: set[str] = set()
-_OPENMP_RUNTIME = re.compile(r"\S*/lib(?:gomp|omp|iomp5)(?:-[0-9a-f]+)?\.so[.0-9]*$", re.M)
+_OPENMP_RUNTIME = re.compile(r"\S*/lib(?:gomp|omp|iomp5)(?:-[0-9a-f]+)?\.so[.0-9]*$",
+                             re.MULTILINE)
 
 
 def pin_openmp_runtime() -> bool:

@@ -10,10 +10,9 @@ import os
 import subprocess
 import sys
 
+import looptune as lt
 import numpy as np
 import pytest
-
-import looptune as lt
 from looptune.backends import module
 
 SCRIPT = """
