@@ -477,19 +477,14 @@ class GBTTuner(Tuner):
         for key, recs in by_task.items():
             try:
                 task = Task(get_template(key.name), key.args, key.target)
-            except LooptuneError as e:
-                log.warning("GBTTuner: cannot use the records of %s for transfer: %s", key, e)
+            except Exception as e:  # noqa: BLE001 - another task's template: skip its records
+                log.warning("GBTTuner: cannot use the records of %s for transfer: %s", key,
+                            _why(e))
                 continue
-            picked = self._pick_records(recs, per_task)
-            feats, fits = [], []
-            for r in picked:
-                try:
-                    f = config_features(task, task.config_space.from_json(r.config))
-                except (LooptuneError, IndexError):
-                    f = None
-                if f is not None:
-                    feats.append(f)
-                    fits.append(r.gflops or (1.0 / r.cost if r.ok else 0.0))
+            feats, fits, bad = self._transfer_features(task, self._pick_records(recs, per_task))
+            if bad:
+                log.warning("GBTTuner: transfer skips %d configs of %s that its template "
+                            "rejects (e.g. %s)", len(bad), key, bad[0])
             if len(feats) >= 2:
                 xs.append(np.stack(feats))
                 ys.append(_targets(np.array(fits), self.objective))
@@ -497,6 +492,25 @@ class GBTTuner(Tuner):
             return np.empty((0, 0)), np.empty(0)
         log.info("GBTTuner: %d transferred records from %d tasks", sum(map(len, ys)), len(ys))
         return np.vstack(xs), np.concatenate(ys)
+
+    @staticmethod
+    def _transfer_features(task: Task, records: list) -> tuple[list, list, list[str]]:
+        """(features, fitness, why each rejected config failed) of ``records`` of ``task``.
+        A config whose template raises anything (not only a LooptuneError: another
+        operator's template may raise what it likes) is skipped, not fatal."""
+        feats, fits, bad = [], [], []
+        for r in records:
+            try:
+                f = config_features(task, task.config_space.from_json(r.config))
+            except (LooptuneError, IndexError):
+                f = None                        # no longer fits the template's knobs
+            except Exception as e:  # noqa: BLE001 - the other template's own failure
+                bad.append(f"config {r.index}: {_why(e)}")
+                continue
+            if f is not None:
+                feats.append(f)
+                fits.append(r.gflops or (1.0 / r.cost if r.ok else 0.0))
+        return feats, fits, bad
 
     def _pick_records(self, recs: list, limit: int) -> list:
         """Distinct configs; the best half of the budget, the rest spread over the others."""
@@ -507,3 +521,7 @@ class GBTTuner(Tuner):
         top, rest = uniq[:limit // 2], uniq[limit // 2:]
         pick = self._xrng.choice(len(rest), size=limit - len(top), replace=False)
         return top + [rest[int(k)] for k in sorted(pick)]
+
+
+def _why(e: BaseException) -> str:
+    return f"{type(e).__name__}: {' '.join(str(e).split())[:160]}"
