@@ -107,20 +107,20 @@ def _inputs(workload: str, args: tuple):
     return [f32(H + 2, W + 2)], np.empty((H, W), np.float32)
 
 
-def _time(run, min_block_s: float, repeat: int) -> float:
+def _time(run, min_block_s: float, repeat: int, clock=time.perf_counter) -> float:
     """Median seconds per call: ``repeat`` blocks of calls, each at least ``min_block_s``."""
     for _ in range(2):
         run()
-    t0 = time.perf_counter()
+    t0 = clock()
     run()
-    one = max(time.perf_counter() - t0, 1e-7)
+    one = max(clock() - t0, 1e-7)
     number = max(1, int(min_block_s / one))
     per_call = []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0 = clock()
         for _ in range(number):
             run()
-        per_call.append((time.perf_counter() - t0) / number)
+        per_call.append((clock() - t0) / number)
     return statistics.median(per_call)
 
 
@@ -163,7 +163,8 @@ def _looptune_call(job: Job, args: tuple, inputs, output, threads: int, logs: li
     return (lambda: f(*arrays)), how
 
 
-def worker(job: Job, args: tuple, threads: int, logs: list[str], quick: bool) -> dict:
+def worker(job: Job, args: tuple, threads: int, logs: list[str], quick: bool,
+           cpu_clock: bool = False) -> dict:
     """Build, time and check one job in this (fresh) process."""
     inputs, output = _inputs(job.workload, args)
     (op, *_) = _operators(job.workload)
@@ -179,7 +180,8 @@ def worker(job: Job, args: tuple, threads: int, logs: list[str], quick: bool) ->
         run = peers_halide.BUILDERS[job.workload](args, inputs, output, **kw)
     else:
         run, note = _looptune_call(job, args, inputs, output, threads, logs)
-    seconds = _time(run, 0.005 if quick else 0.02, 3 if quick else 7)
+    clock = time.process_time if cpu_clock else time.perf_counter
+    seconds = _time(run, 0.005 if quick else 0.02, 3 if quick else 7, clock)
     if job.system != "numpy":
         res = run()
         got = output if res is None else res.numpy() if job.system == "torch" else res
@@ -229,6 +231,7 @@ def run_job(job: Job, opts) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker",
            json.dumps([job.workload, job.system, job.variant]), "--threads", str(opts.threads)]
     cmd += ["--quick"] if opts.quick else []
+    cmd += ["--clock", opts.clock]
     for lg in opts.log:
         cmd += ["--log", lg]
     try:
@@ -336,6 +339,10 @@ def parse(argv=None):
     p.add_argument("--quick", action="store_true", help="small sizes: a check that all runs")
     p.add_argument("--json", help="also write every measurement to this JSON file")
     p.add_argument("--timeout", type=float, default=900, help="seconds per measurement")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="wall: elapsed time (the figure to report); cpu: the process's CPU "
+                   "time, steadier on a machine shared with other work, for A/B decisions "
+                   "with --threads 1 (with more threads it sums their work)")
     p.add_argument("--seed", type=int, default=0, help="seed of the shuffled order")
     p.add_argument("-v", "--verbose", action="store_true", help="print every measurement")
     p.add_argument("--worker", help=argparse.SUPPRESS)
@@ -359,12 +366,13 @@ def main(argv=None) -> int:
     if opts.worker:
         w, system, variant = json.loads(opts.worker)
         print(json.dumps(worker(Job(w, system, variant), _ARGS[w], opts.threads, opts.log,
-                                opts.quick)))
+                                opts.quick, opts.clock == "cpu")))
         return 0
     skipped = {m: r for m in ("torch", "halide") if (r := probe(m))}
     jobs = make_jobs(opts.workloads, opts.log, skipped)
     print(f"CPU: {cpu_model()}; threads per system: {opts.threads}; {opts.rounds} shuffled "
-          f"round(s) of {len(jobs)} measurements, each in a fresh process", flush=True)
+          f"round(s) of {len(jobs)} measurements, each in a fresh process; {opts.clock} clock",
+          flush=True)
     results = measure(jobs, opts)
     print(table(results, opts.workloads, skipped, bool(opts.log)))
     print("\n(ms: median over rounds of each process's median per call; a looptune or Halide "
