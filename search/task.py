@@ -21,7 +21,7 @@ from ..lang.tensor import Tensor
 from ..schedule.schedule import Schedule
 from .flops import count_flop
 from .space import ConfigEntity, ConfigSpace, FallbackConfig
-from .template import TaskKey, Template, canonical_target, get_template
+from .template import TaskKey, Template, canonical_target, get_template, template_from_pickle
 
 log = logging.getLogger("looptune.search.task")
 
@@ -91,12 +91,12 @@ class Task:
 
     def spec(self) -> dict[str, Any]:
         """What a worker process needs to rebuild this task."""
-        spec = {"name": self.name, "args": list(self.args), "target": self.target,
-                "module": self.template.module, "file": self.template.file}
+        spec = {"name": self.name, "args": list(self.args), "target": self.target}
         dag = getattr(self.template, "dag", None)
         if dag is not None:       # an auto_schedule task: no module defines its template
-            spec["dag"] = dag
-        return spec
+            return {**spec, "module": self.template.module, "file": self.template.file,
+                    "dag": dag}
+        return {**spec, **self.template.worker_spec()}     # "pickled": see template.py
 
     def __repr__(self) -> str:
         return (f"Task({self.name}{_short(self.args)}, target='{self.target}', "
@@ -161,6 +161,7 @@ def task_from_spec(spec: dict) -> Task:
         from .auto import task_from_dag
         task = _TASKS[key] = task_from_dag(spec)
     if task is None:
-        tpl = load_template(spec["name"], spec.get("module"), spec.get("file"))
+        tpl = template_from_pickle(spec["name"], spec["pickled"]) if spec.get("pickled") \
+            else load_template(spec["name"], spec.get("module"), spec.get("file"))
         task = _TASKS[key] = Task(tpl, tuple(spec["args"]), spec["target"])
     return task

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextvars
 import inspect
 import logging
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("looptune.search.template")
 
 _REGISTRY: dict[str, Template] = {}
+_MAIN_MODULES = ("__main__", "__mp_main__")
 
 # The one piece of global state: the apply_history_best contexts entered, innermost last.
 _DISPATCH: contextvars.ContextVar[tuple] = contextvars.ContextVar("looptune_dispatch",
@@ -101,6 +103,47 @@ class Template:
         self.__name__ = getattr(func, "__name__", name)
         self.__wrapped__ = func
 
+    @property
+    def importable(self) -> bool:
+        """Whether a worker process can find this template by importing its module or
+        loading its script file. Not so for one defined in a notebook cell, ``python -c``,
+        standard input, or inside a function (a closure)."""
+        if "<locals>" in getattr(self.func, "__qualname__", ""):
+            return False
+        if self.module and self.module not in _MAIN_MODULES:
+            return True
+        return bool(self.file) and os.path.isfile(self.file)
+
+    def worker_spec(self) -> dict[str, Any]:
+        """How a worker process finds this template (part of :meth:`Task.spec`): its module
+        and file, plus the function itself by value (cloudpickle) when it is not
+        :attr:`importable`."""
+        spec: dict[str, Any] = {"module": self.module, "file": self.file}
+        if not self.importable:
+            spec["pickled"] = self._pickled()
+        return spec
+
+    def _pickled(self) -> bytes:
+        where = self.file if self.file and not self.file.startswith("<") else None
+        origin = "inside a function" if "<locals>" in self.func.__qualname__ else \
+            f"in {self.file or self.module}" if where is None else f"in {where}"
+        try:
+            import cloudpickle
+        except ImportError:
+            raise LooptuneError(
+                f"template '{self.name}' is defined {origin} (a notebook cell, python -c or a "
+                "closure), which measurement worker processes cannot import; install "
+                "cloudpickle (pip install cloudpickle) to send it to them by value, or move it "
+                "into a module or script file") from None
+        try:
+            return cloudpickle.dumps(self.func)
+        except Exception as e:  # noqa: BLE001 - what the function refers to may not pickle
+            raise LooptuneError(
+                f"template '{self.name}' is defined {origin}, so it is sent to the measurement "
+                f"workers by value, but cloudpickle cannot pickle it: {type(e).__name__}: {e}; "
+                "make the globals it uses picklable, or move it into a module or script "
+                "file") from None
+
     def canonical_args(self, args: tuple, kwargs: dict | None = None) -> tuple:
         """All positional values of a call, defaults filled in, as the task key holds them."""
         try:
@@ -155,8 +198,10 @@ class Template:
 def template(name: str) -> Callable[[Callable], Template]:
     """Register a template ``func(cfg, *args) -> (schedule, tensors)`` under ``name``.
 
-    Define templates in an importable module or script file: tuning re-imports it in worker
-    processes (scripts must keep their top-level work under ``if __name__ == "__main__"``).
+    Tuning re-imports a template's module or script file in its worker processes (scripts
+    must keep their top-level work under ``if __name__ == "__main__"``); a template defined
+    where nothing can be imported (a notebook cell, ``python -c``, inside a function) is sent
+    to them by value with cloudpickle.
     """
     if not isinstance(name, str) or not name:
         raise LooptuneError(f"@template: the name must be a non-empty string; got {name!r}")
@@ -171,6 +216,21 @@ def template(name: str) -> Callable[[Callable], Template]:
         _REGISTRY[name] = tpl
         return tpl
     return register
+
+
+def template_from_pickle(name: str, data: bytes) -> Template:
+    """In a worker process: register the template ``name`` from :meth:`Template.worker_spec`'s
+    pickled function (a template that could not be imported there)."""
+    import pickle
+    try:
+        func = pickle.loads(data)
+    except Exception as e:  # noqa: BLE001 - reported with what to do
+        raise LooptuneError(f"template '{name}' was sent to this worker by value but does not "
+                            f"unpickle here: {type(e).__name__}: {e}; move it into a module "
+                            "or script file that the workers can import") from None
+    tpl = Template(name, func)
+    _REGISTRY[name] = tpl
+    return tpl
 
 
 def get_template(name: str) -> Template:

@@ -167,13 +167,15 @@ def test_measure_option_validation():
 
 
 def test_a_template_the_workers_cannot_import_is_a_clear_error():
-    @template("test_local_only")
-    def local(cfg, n):                        # defined inside a test: not importable
+    def local(cfg, n):
         import looptune as lt
         A = lt.placeholder((n,), "float32", name="A")
         C = lt.compute((n,), lambda i: A[i] + 1.0, name="C")
         cfg.define_knob("x", [0, 1])
         return lt.create_schedule(C), [A, C]
+    # claims a module that does not exist (a closure would be sent by value: cloudpickle)
+    local.__module__, local.__qualname__ = "no_such_module_for_looptune", "local"
+    template("test_local_only")(local)
     task = create_task("test_local_only", (8,))
     with pytest.raises(LooptuneError, match="template 'test_local_only' could not be loaded "
                                             "in a worker process"):
