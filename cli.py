@@ -133,6 +133,12 @@ def cmd_report(ns: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_merge(ns: argparse.Namespace) -> int:
+    from .merge import merge_logs
+    print(merge_logs(ns.logs, ns.output))
+    return 0
+
+
 def _check_writable(path: Path) -> None:
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
@@ -278,6 +284,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--top", type=_positive(int), default=5,
                    help="best configs listed per task (default: 5)")
     r.set_defaults(func=cmd_report)
+
+    m = sub.add_parser("merge", help="merge several workers' tuning logs into one")
+    m.add_argument("logs", nargs="+", metavar="LOG", help="tuning logs to merge")
+    m.add_argument("-o", "--output", required=True, metavar="ALL.jsonl",
+                   help="the merged log (every record once, in time order)")
+    m.set_defaults(func=cmd_merge)
 
     from .graph.cli import add_parser as add_graph_parser
     add_graph_parser(sub)
