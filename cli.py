@@ -99,6 +99,9 @@ def cmd_show(ns: argparse.Namespace) -> int:
     op = select(load_operators(ns.file), ns.template)
     args = parse_args(ns.args, op)
     s, tensors, how = instantiate(op, args, ns.log, ns.target, ns.any_host)
+    if ns.html:
+        return _show_html(ns.html, lt.lower(s, tensors, name=op.c_name, unroll=False),
+                          f"{op.name}{tuple(args)}: {how}")
     print(f"# {op.name}{tuple(args)}: {how}")
     if ns.steps:
         print("\n".join(str(x) for x in s.steps) or "(default schedule: no steps)")
@@ -106,6 +109,24 @@ def cmd_show(ns: argparse.Namespace) -> int:
         print(lt.build(s, tensors, target=ns.target, name=op.c_name).source)
     else:
         print(lt.lower(s, tensors, name=op.c_name))
+    return 0
+
+
+def _show_html(out: str, func, title: str) -> int:
+    """The loop nest as one static HTML page (unrolled loops shown as loops) to ``out``
+    ('-': standard output)."""
+    from .schedule.nest_html import html_page
+    page = html_page(func, f"looptune show {title}")
+    if out == "-":
+        sys.stdout.write(page)
+        return 0
+    path = Path(out)
+    _check_writable(path)
+    try:
+        path.write_text(page, encoding="utf-8")
+    except OSError as e:
+        raise CLIError(f"cannot write {out}: {e.strerror}") from None
+    print(f"loop nest of {title} written to {out}")
     return 0
 
 
@@ -257,6 +278,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--lowered", action="store_true", help="the loop nest (default)")
     g.add_argument("--source", action="store_true", help="the generated code")
     g.add_argument("--steps", action="store_true", help="the schedule's recorded steps")
+    g.add_argument("--html", metavar="OUT.html",
+                   help="write the loop nest as one static HTML page (loop kinds coloured, "
+                        "buffer sizes; '-': standard output)")
     s.set_defaults(func=cmd_show)
 
     b = sub.add_parser("bench", help="time operators against their numpy reference")

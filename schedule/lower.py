@@ -56,6 +56,11 @@ class LoweredFunc:
 
     __repr__ = __str__
 
+    def _repr_html_(self) -> str:
+        """The loop nest in a notebook: loop kinds coloured, buffer sizes (nest_html.py)."""
+        from .nest_html import html_fragment
+        return html_fragment(self)
+
 
 def lower(s: Schedule, args, name: str = "main", *, unroll: bool = True) -> LoweredFunc:
     """Lower schedule ``s`` to a loop nest taking ``args`` (tensors, in call order).
