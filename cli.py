@@ -150,7 +150,7 @@ def cmd_export(ns: argparse.Namespace) -> int:
 
 def cmd_report(ns: argparse.Namespace) -> int:
     from .report import report
-    print(report(ns.logs, ns.output, ns.top))
+    print(report(ns.logs, ns.output, ns.top, ns.op, not ns.no_baselines, ns.rounds))
     return 0
 
 
@@ -304,9 +304,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("report", help="tuning curves, error kinds and the best configs")
     r.add_argument("logs", nargs="+", metavar="LOG", help="tuning logs ('-': standard input)")
-    r.add_argument("-o", "--output", help="write the best-so-far curve to this PNG")
+    r.add_argument("-o", "--output", help="draw every trial, the best so far and the "
+                   "baselines to this PNG (several logs overlay)")
     r.add_argument("--top", type=_positive(int), default=5,
                    help="best configs listed per task (default: 5)")
+    r.add_argument("--op", action="append", metavar="FILE",
+                   help="operator file whose hand schedule and numpy reference are timed as "
+                        "the baselines (default: the bundled example defining the template)")
+    r.add_argument("--no-baselines", action="store_true",
+                   help="draw no hand-schedule and numpy lines (nothing is timed)")
+    r.add_argument("--rounds", type=_positive(int), default=5,
+                   help="interleaved rounds timing the baselines (default: 5)")
     r.set_defaults(func=cmd_report)
 
     m = sub.add_parser("merge", help="merge several workers' tuning logs into one")

@@ -211,33 +211,63 @@ def summarise_tuning(op: Operator, args: tuple, target: str, log, rounds: int = 
     ]) + _omp_note()
 
 
-def report(logs: list[str], output: str | None, top: int) -> str:
+def report(logs: list[str], output: str | None, top: int, op_files: list[str] | None = None,
+           baselines: bool = True, rounds: int = 5) -> str:
     """Per task of each log (``-`` reads standard input): trials, error kinds, re-measures,
-    the top configs by the median rule; a PNG of the best-so-far curves (one line per log
-    and task) when ``output`` is given."""
-    from .search import load_records
-    curves = {}
-    lines = []
+    the top configs by the median rule. With ``output``, a PNG of every trial, the best so
+    far and (unless ``baselines`` is False) the hand schedule and numpy timed now in
+    ``rounds`` interleaved rounds (``report_plot.py``); several logs overlay."""
+    lines: list[str] = []
+    loaded: list[tuple[str, object, list]] = []
     for lg in logs:
-        if lg == "-":
-            records = load_records(sys.stdin)
-            lg = "<stdin>"
-        elif not Path(lg).is_file():
-            raise CLIError(f"no such log: {lg}")
-        else:
-            records = load_records(lg)
-        by_task = defaultdict(list)
-        for r in records:
-            by_task[r.task].append(r)
-        if not by_task:
-            raise CLIError(f"{lg} holds no complete tuning record")
+        label, by_task = _load_log(lg)
         for key, recs in by_task.items():
-            lines += _task_report(lg, key, recs, top)
-            curves[f"{Path(lg).stem}: {key.name}{tuple(key.args)}"] = _best_so_far(recs)
+            lines += _task_report(label, key, recs, top)
+            loaded.append((label, key, recs))
     if output:
-        _plot(curves, output)
-        lines.append(f"curve written to {output}")
+        lines += _draw(loaded, output, op_files or [], baselines, rounds)
     return "\n".join(lines)
+
+
+def _load_log(lg: str) -> tuple[str, dict]:
+    from .search import load_records
+    if lg == "-":
+        records, lg = load_records(sys.stdin), "<stdin>"
+    elif not Path(lg).is_file():
+        raise CLIError(f"no such log: {lg}")
+    else:
+        records = load_records(lg)
+    by_task = defaultdict(list)
+    for r in records:
+        by_task[r.task].append(r)
+    if not by_task:
+        raise CLIError(f"{lg} holds no complete tuning record")
+    return lg, by_task
+
+
+def _draw(loaded: list, output: str, op_files: list[str], baselines: bool,
+          rounds: int) -> list[str]:
+    """The PNG of ``loaded`` ((log, task, records) triples); the baselines' text lines."""
+    from . import report_plot as rp
+    every = [r for _, _, recs in loaded for r in recs]
+    metric = rp.metric_of(every)
+    many = len({key for _, key, _ in loaded}) > 1
+    series = [rp.series_of(Path(lg).stem + (f": {key.name}{tuple(key.args)}" if many else ""),
+                           key, recs, metric) for lg, key, recs in loaded]
+    flops: dict = {}
+    for _, key, recs in loaded:
+        flops[key] = flops.get(key) or next((r.flop for r in recs if r.flop), None)
+    drawn, lines = [], []
+    for key in flops if baselines else ():
+        got, why = rp.measure_baselines(key, [r for _, k, rs in loaded if k == key for r in rs],
+                                        op_files, rounds)
+        drawn += got
+        lines += [f"{key.name}{tuple(key.args)}: {b.what} {b.seconds * 1e3:.3f} ms "
+                  f"±{b.spread * 100:.1f}% ({b.source})" for b in got]
+        lines += [f"(no baselines for {key.name}{tuple(key.args)}: {why})"] if why else []
+    fig = rp.figure(series, drawn, flops, metric, rp.title_of(list(flops), every))
+    rp.save(fig, output)
+    return lines + [f"curve written to {output}"]
 
 
 def _task_report(lg: str, key, recs, top: int) -> list[str]:
@@ -257,41 +287,3 @@ def _task_report(lg: str, key, recs, top: int) -> list[str]:
         runs = f"median of {len(r.costs)}" if r.kind == "remeasure" else "once"
         out.append(f"  #{r.index:<6} {r.cost * 1e3:9.3f} ms {rate}  ({runs})  {knobs}")
     return out
-
-
-def _best_so_far(recs) -> list[float]:
-    best, out = 0.0, []
-    for r in recs:
-        if r.kind != "measure":
-            continue
-        if r.ok and r.cost > 0:
-            best = max(best, r.gflops or 1.0 / r.cost)
-        out.append(best)
-    return out
-
-
-def _plot(curves: dict[str, list[float]], output: str) -> None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise CLIError("plotting needs matplotlib: pip install 'looptune[plot]'") from None
-    out = Path(output)
-    if not out.parent.is_dir():
-        raise CLIError(f"cannot write {output}: the folder {out.parent} does not exist")
-    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
-    for label, ys in curves.items():
-        ax.plot(range(1, len(ys) + 1), ys, label=label)
-    ax.set_xlabel("trial")
-    ax.set_ylabel("best GFLOP/s so far")
-    ax.set_title("looptune tuning curves")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    try:
-        fig.savefig(out)
-    except OSError as e:
-        raise CLIError(f"cannot write {output}: {e.strerror}") from None
-    finally:
-        plt.close(fig)
