@@ -36,7 +36,12 @@ rules. Op patterns decide (:mod:`.auto_rules`), the CPU rules apply them (:mod:`
 - any other stage (elementwise, transpose, pooling, stencils): the innermost spatial loop split
   by a vector width (``width``; tails allowed) and vectorized — inside the reduction, where
   there is one, so the lanes are independent outputs (``vec``) — the loop above it split too
-  for 2-D tiles (``rows``; a transpose's first choice), the outer loops fused and parallel.
+  for 2-D tiles (``rows``; a transpose's first choice), the outer loops fused and parallel;
+- threads (knob ``parallel``, one per kernel): the parallel loops above, or none; first
+  choice: parallel only when the kernel's estimated single-thread work pays for an OpenMP
+  region, so that a small model's kernels do not each wake the threads for a few
+  microseconds of work; a tiny kernel, or a one-thread machine, has no knob and no threads
+  (:func:`~looptune.search.auto_rules.parallel_choices`).
 
 Register tiles, panels and widths are sized from the target's vector lanes
 (``Target.vector_lanes``) and the parallel loop from its threads: the task is named
@@ -71,6 +76,7 @@ from .auto_rules import (
     is_contraction,
     machine_of,
     materialize_first,
+    parallel_choices,
     plan_tiles,
     readers_through_inlined,
     row_consumers,
@@ -79,9 +85,10 @@ from .task import Task
 from .template import _REGISTRY, Template
 from .tuners import TUNERS, make_tuner
 
-SKETCH_VERSION = 4     # 2: row statistics computed per row of their output
+SKETCH_VERSION = 5     # 2: row statistics computed per row of their output
                       # 3: epilogue chains (contraction -> bias -> activation)
                       # 4: multi-level tiling, packing, the rfactor rule, sized by the machine
+                      # 5: knob 'parallel' (small kernels on one thread)
 
 # ---- the DAG ---------------------------------------------------------------------------------
 
@@ -173,9 +180,12 @@ def sketch(cfg, tensors: list[Tensor], gpu: bool = False,
              if not gpu and is_contraction(st.op)}
     lanes: set[int] = set()          # stages with a knob <stage>.lanes (the rfactor rule)
     # 1. the knobs
+    inlined = {id(c.op) for c in chained}          # by the fallback
     for st in inlinable:
         first = not materialize_first(s, st)
         cfg.define_knob(f"{names[id(st)]}.inline", [first, not first])
+        if first:
+            inlined.add(id(st.op))
     for st in stages:
         if id(st) in per_row and cpu.row_knobs(cfg, st.op, names[id(st)], machine):
             lanes.add(id(st))
@@ -187,6 +197,9 @@ def sketch(cfg, tensors: list[Tensor], gpu: bool = False,
             cpu.contraction_knobs(cfg, name, plans[id(st)], id(st) in epis)
         elif cpu.simple_knobs(cfg, st.op, name, machine, lanes=id(st) not in per_row):
             lanes.add(id(st))
+    threads = [] if gpu else parallel_choices([st.op for st in stages], machine, inlined)
+    if threads:
+        cfg.define_knob("parallel", threads)
     # 2. the choices
     for st in chained:
         st.compute_inline()
@@ -195,6 +208,7 @@ def sketch(cfg, tensors: list[Tensor], gpu: bool = False,
             st.compute_inline()
     at_row = _rows_attached(cfg, s, stages, per_row, names)
     attached = {id(p) for ps in at_row.values() for p in ps}
+    par = bool(threads) and cfg["parallel"].val
     for st in rooted:
         if st.attach[0] == "inline" or id(st) in attached:
             continue
@@ -202,11 +216,12 @@ def sketch(cfg, tensors: list[Tensor], gpu: bool = False,
         if gpu:
             gpu_rules.gpu_bind(cfg, s, st.tensor, name, is_contraction(st.op), epis.get(id(st)))
         elif id(st) in plans:
-            cpu.tile_contraction(cfg, s, st.tensor, name, plans[id(st)], epis.get(id(st)))
+            cpu.tile_contraction(cfg, s, st.tensor, name, plans[id(st)], epis.get(id(st)),
+                                 par)
         elif id(st) in at_row:
-            cpu.per_row(cfg, s, st.tensor, names, at_row[id(st)], lanes)
+            cpu.per_row(cfg, s, st.tensor, names, at_row[id(st)], lanes, par)
         else:
-            cpu.vectorize_parallel(cfg, s, st.tensor, name, id(st) in lanes)
+            cpu.vectorize_parallel(cfg, s, st.tensor, name, id(st) in lanes, par)
     return s, tensors
 
 

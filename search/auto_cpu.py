@@ -9,13 +9,21 @@ defines, and how a config's choices become schedule primitives.
 - reductions rfactored over vector lanes where they run along contiguous memory;
 - everything else vectorized along its innermost loop (2-D tiles for transposes), its outer
   loops fused and parallel.
+
+Every rule takes ``par``: the kernel's knob ``parallel`` (a kernel too small to pay for an
+OpenMP region runs on one thread: its outer loops are then neither parallel nor fused, except
+where one loop is needed as the place to compute a producer at).
 """
 from __future__ import annotations
 
 from .auto_rules import Epilogue, Machine, TilePlan, choices, extent, is_transposing, lanes_first
 
 
-def fuse_parallel(stage, loops):
+def fuse_parallel(stage, loops, par: bool = True):
+    """``loops`` fused into one parallel loop (``par``), or, on one thread, the innermost of
+    them (what a producer computed per iteration attaches to)."""
+    if not par:
+        return loops[-1]
     p = loops[0] if len(loops) == 1 else stage.fuse(*loops)
     stage.parallel(p)
     return p
@@ -37,7 +45,8 @@ def contraction_knobs(cfg, name: str, plan: TilePlan, has_epilogue: bool) -> Non
         cfg.define_knob(f"{name}.pack", plan.pack)
 
 
-def tile_contraction(cfg, s, C, name: str, plan: TilePlan, epi: Epilogue | None) -> None:
+def tile_contraction(cfg, s, C, name: str, plan: TilePlan, epi: Epilogue | None,
+                     par: bool = True) -> None:
     """Tile contraction ``C`` (see the module docstring). The output stage ``O`` (the
     epilogue, C's write-back after cache_write, or C itself) runs the parallel (P), middle
     (M) and tile (T) levels of every tiled loop; the accumulating stage ``CC`` is computed
@@ -55,7 +64,7 @@ def tile_contraction(cfg, s, C, name: str, plan: TilePlan, epi: Epilogue | None)
     pack = cfg[f"{name}.pack"].val if len(plan.pack) > 1 else "none"
     packed = _pack(s, CC, pack) if pack != "none" else None
     P, M, T = _output_levels(cfg, s[O], name, plan, axis_of)
-    par = fuse_parallel(s[O], P)
+    par = fuse_parallel(s[O], P, par)
     if CC is O:
         _accumulate(cfg, s, CC, name, plan, None, order, packed, (par, M, T))
         return
@@ -180,14 +189,14 @@ def row_knobs(cfg, op, name: str, machine: Machine) -> bool:
     return lanes_knob(cfg, op, name, machine)
 
 
-def per_row(cfg, s, T, names: dict, producers: list, lanes: set) -> None:
+def per_row(cfg, s, T, names: dict, producers: list, lanes: set, par: bool = True) -> None:
     """Output ``T`` row by row (the loops above its last fused and parallel), its last loop
     vectorized; ``producers`` computed at the row loop, in order: row reductions rfactored
     over ``lanes`` vector lanes (the partials vectorize, then are combined), row-wise
     intermediates vectorized along the row."""
     st = s[T]
     axes = list(st.op.axis)
-    row = fuse_parallel(st, axes[:-1])
+    row = fuse_parallel(st, axes[:-1], par)
     name = names[id(st)]
     if extent(axes[-1]) > 1 and cfg[f"{name}.vec"].val == "inner":
         w = cfg[f"{name}.width"].val
@@ -223,20 +232,21 @@ def simple_knobs(cfg, op, name: str, machine: Machine, lanes: bool = True) -> bo
     return lanes
 
 
-def vectorize_parallel(cfg, s, T, name: str, has_lanes: bool) -> None:
+def vectorize_parallel(cfg, s, T, name: str, has_lanes: bool, par: bool = True) -> None:
     st = s[T]
     if has_lanes and cfg[f"{name}.lanes"].val > 1:
         rf = rfactor_lanes(s, st, cfg[f"{name}.lanes"].val)
         axes = list(st.op.axis)                  # rfactor made st a new reduction
         if axes:
-            rf.compute_at(st, fuse_parallel(st, axes))
+            rf.compute_at(st, fuse_parallel(st, axes, par))
         return
     axes = list(st.op.axis)
     if not axes:                                  # a scalar: nothing to tile
         return
     red = list(st.op.reduce_axis)
     if extent(axes[-1]) == 1 or cfg[f"{name}.vec"].val == "none":
-        fuse_parallel(st, axes)
+        if par:
+            fuse_parallel(st, axes)
         return
     w = cfg[f"{name}.width"].val
     o, i = st.split(axes[-1], factor=w) if w < extent(axes[-1]) else (None, axes[-1])
@@ -248,5 +258,5 @@ def vectorize_parallel(cfg, s, T, name: str, has_lanes: bool) -> None:
     outer = outer + ([o] if o is not None else [])
     st.reorder(*outer, *rows, *red, i)            # lanes = independent outputs
     st.vectorize(i)
-    if outer:
+    if outer and par:
         fuse_parallel(st, outer)

@@ -21,6 +21,12 @@ from ..lang.visitor import ExprVisitor, collect_loads, collect_vars
 ACCUMULATORS = 16      # vector registers a register tile may hold (x86 and NEON have >= 16)
 PANEL_VECTORS = 4      # a column panel of the fallback: this many vectors wide
 WORK_PER_THREAD = 4    # parallel iterations per thread the fallback aims for
+# A parallel region costs ~10 us when the OpenMP threads sleep between regions (looptune's
+# passive wait policy): waking them, and the join. The fallback runs a kernel on one thread
+# when its estimated single-thread time is below this many cycles (~30 us at 3 GHz).
+PARALLEL_MIN_CYCLES = 100_000
+CALL_OPS = 16          # vector operations a math call (exp, erf, tanh, ...) costs, roughly
+STORE_BYTES_PER_CYCLE = 4   # a stage's output written (and its inputs streamed) out of cache
 
 
 @dataclass(frozen=True)
@@ -104,6 +110,62 @@ def _has(op, *kinds) -> bool:
 
 def source(op):
     return op.body.source if op.reduce_axis else op.body
+
+
+# ---- work -----------------------------------------------------------------------------------
+
+class _OpCount(ExprVisitor):
+    """Arithmetic of a body: each operator 1, a math call ``CALL_OPS``, loads free (index
+    arithmetic is strength-reduced by the compiler, operands come from registers or L1)."""
+
+    def __init__(self):
+        self.ops = 0
+
+    def visit_BinOp(self, e):
+        self.ops += 1
+        super().visit_BinOp(e)
+
+    def visit_Select(self, e):
+        self.ops += 1
+        super().visit_Select(e)
+
+    def visit_Call(self, e):
+        self.ops += CALL_OPS
+        super().visit_Call(e)
+
+    def visit_Load(self, e):
+        pass
+
+    visit_BufferLoad = visit_Load
+
+
+def work_cycles(op, machine: Machine, stored: bool = True) -> float:
+    """A rough single-thread estimate of computing ``op`` vectorized: its arithmetic (two
+    vector operations per cycle, one per element when ``op`` has none) plus, when it is
+    ``stored`` (not inlined), its output streamed at ``STORE_BYTES_PER_CYCLE``."""
+    import numpy as np
+    n = math.prod(extent(a) for a in op.axis)
+    r = math.prod(extent(a) for a in op.reduce_axis)
+    v = _OpCount()
+    v.visit(source(op))
+    lanes = machine.lanes(op.output.dtype)
+    arith = n * r * max(1, v.ops) / (2 * lanes)
+    if not stored:
+        return arith
+    return arith + n * np.dtype(op.output.dtype).itemsize / STORE_BYTES_PER_CYCLE
+
+
+def parallel_choices(ops, machine: Machine, inlined=()) -> list[bool]:
+    """The choices of a kernel's knob ``parallel`` (first: the fallback's) for a kernel
+    computing ``ops`` (``inlined``: ids of the ops the fallback inlines): parallel loops first
+    only when the kernel's estimated single-thread work (:func:`work_cycles`, summed) pays
+    for a parallel region (``PARALLEL_MIN_CYCLES``); no knob (``[]``: one thread) on a
+    one-thread machine or for a kernel of under a tenth of that, where threads never pay."""
+    work = sum(work_cycles(op, machine, id(op) not in inlined) for op in ops)
+    if machine.threads < 2 or work < PARALLEL_MIN_CYCLES / 10:
+        return []
+    first = work >= PARALLEL_MIN_CYCLES
+    return [first, not first]
 
 
 @dataclass(frozen=True)

@@ -60,12 +60,12 @@ def test_matmul_gets_multi_level_tiles_sized_by_the_vector_lanes():
     task = auto_task([A, B, C])
     sp = task.config_space
     assert {"C.cache", "C.tile0", "C.mid0", "C.tile1", "C.mid1", "C.red0", "C.order",
-            "C.unroll", "C.pack"} == set(sp.knobs)
+            "C.unroll", "C.pack", "parallel"} == set(sp.knobs)
     # the fallback: two vectors of columns, rows filling 16 vector accumulators, B packed
     assert sp.knobs["C.tile1"].values[0] == 2 * L
     assert sp.knobs["C.tile0"].values[0] * 2 == 16
     assert sp.knobs["C.pack"].values[0] == "B"
-    s, _ = task.instantiate(0)
+    s, _ = task.instantiate(_pick(task, {"parallel": True}))
     text = str(lt.lower(s, [A, B, C]))
     assert "B.local" in text and "C.local" in text and "parallel" in text
     assert f"allocate C.local[float32 * 8, {2 * L}]" in text
@@ -108,7 +108,8 @@ def test_bias_relu_transpose_chain_is_one_epilogue():
     F = lt.compute(C.shape, lambda i, j: lt.max(E[i, j], 0.0), name="F")
     G = lt.compute(C.shape, lambda i, j: F[j, i], name="G")
     task = auto_task([A, B, bias, G])
-    assert not [k for k in task.config_space.knobs if not k.startswith("C.")]
+    assert not [k for k in task.config_space.knobs if not k.startswith("C.")
+                and k != "parallel"]
     s, _ = task.instantiate(0)
     assert s.stage("C").attach[0] == "at" and s.stage("E").attach[0] == "inline"
     for i in _configs(task, 4):
