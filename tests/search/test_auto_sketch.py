@@ -61,11 +61,14 @@ def test_matmul_gets_multi_level_tiles_sized_by_the_vector_lanes():
     sp = task.config_space
     assert {"C.cache", "C.tile0", "C.mid0", "C.tile1", "C.mid1", "C.red0", "C.order",
             "C.unroll", "C.pack", "parallel"} == set(sp.knobs)
-    # the fallback: two vectors of columns, rows filling 16 vector accumulators, B packed
+    # the fallback: two vectors of columns, rows filling 16 vector accumulators; B packed
+    # when its rows are 4 KiB apart or more (here 500 bytes: not packed first)
     assert sp.knobs["C.tile1"].values[0] == 2 * L
     assert sp.knobs["C.tile0"].values[0] * 2 == 16
-    assert sp.knobs["C.pack"].values[0] == "B"
-    s, _ = task.instantiate(_pick(task, {"parallel": True}))
+    assert sp.knobs["C.pack"].values[0] == "none"
+    wide = auto_task(list(_matmul(9, 1031, 13)))
+    assert wide.config_space.knobs["C.pack"].values[0] == "B"
+    s, _ = task.instantiate(_pick(task, {"parallel": True, "C.pack": "B"}))
     text = str(lt.lower(s, [A, B, C]))
     assert "B.local" in text and "C.local" in text and "parallel" in text
     assert f"allocate C.local[float32 * 8, {2 * L}]" in text
