@@ -11,7 +11,12 @@ model = lt.graph.compile(g, log="tiny.jsonl")
 2. One tuner per task (``tuner``: "gbt" by default), each proposing configs of its auto
    scheduler space; the :class:`~looptune.graph.task_scheduler.TaskScheduler` decides which
    task gets the next round of trials (warm-up round robin, then weight x recent
-   improvement of the task's best latency, with an exploration share).
+   improvement of the task's best latency, with an exploration share). A task's first round
+   measures the fallback (config 0: what ``compile`` builds without a log) and its
+   neighbours, configs that differ from it in one knob (:func:`fallback_neighbourhood`), and
+   the tuner learns from them: the log's best for the task is never worse than the untuned
+   kernel as measured, and the cost model starts from plausible configs rather than random
+   ones of a huge space (most of which are many times slower, each measurement seconds).
 3. Every measured candidate of every task is appended to ONE JSON Lines log
    (:func:`looptune.search.log_to_file`'s format) as soon as it is measured. Records the log
    already holds count against the budget and are never measured again: after a ``kill -9``
@@ -38,6 +43,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
+
+import numpy as np
 
 from ..errors import LooptuneError
 from ..search.callbacks import LogToFile
@@ -197,6 +204,7 @@ class _Session:
             if getattr(option, "remeasure_top", 0) else option
         self._measurer: Measurer | None = None
         self.resumed = 0
+        self.seeded = False
         self.final: MeasureResult | None = None
         tuner.make_measurer = lambda opt: _KeepOpen(self)
 
@@ -219,6 +227,29 @@ class _Session:
         self.tuner.load_history(results)
         self.resumed = len(results)
         return [r.cost for r in results]
+
+    def seed(self, n: int, callbacks: list, seed: int = 0) -> list[MeasureResult]:
+        """Measure up to ``n`` configs of :func:`fallback_neighbourhood` not measured yet (as
+        the tuner's own loop does: one measurement per distinct program, each logged by
+        ``callbacks``), and let the tuner learn from them; their results."""
+        tuner = self.tuner
+        space = tuner.space
+        batch = [space.get(i) for i in fallback_neighbourhood(space, n + len(tuner.visited),
+                                                                seed)
+                 if i not in tuner.visited][:n]
+        self.seeded = True
+        if not batch:
+            return []
+        results, new = [], []
+        for res, fresh in tuner.programs.measure(self.measurer(), batch, tuner):
+            if fresh:                  # else a program measured before: no new trial
+                tuner._record(res)
+                new.append(res)
+                for cb in callbacks:
+                    cb(tuner, res)
+            results.append(res)
+        tuner.update(batch, results)
+        return new
 
     def run(self, n: int, callbacks: list) -> list[MeasureResult]:
         """Measure up to ``n`` new candidates (the tuner's own loop); their results."""
@@ -247,6 +278,25 @@ class _Session:
         if self._measurer is not None:
             self._measurer.close()
             self._measurer = None
+
+
+def fallback_neighbourhood(space, n: int, seed: int = 0) -> list[int]:
+    """Up to ``n`` config indices: the fallback (every knob at its first choice), then the
+    configs that differ from it in one knob: every knob's second choice (knobs in an order
+    drawn from ``seed``), then every knob's third, and so on. The auto scheduler orders each
+    knob's choices by preference, so these are the plausible alternatives."""
+    dims = list(space.dims)
+    out = [space.index_of([0] * len(dims))]
+    order = [int(k) for k in np.random.default_rng(seed).permutation(len(dims))]
+    for level in range(1, max(dims, default=1)):
+        for k in order:
+            if len(out) >= n:
+                return out
+            if dims[k] > level:
+                vec = [0] * len(dims)
+                vec[k] = level
+                out.append(space.index_of(vec))
+    return out[:n]
 
 
 # ---- the driver --------------------------------------------------------------------------------
@@ -283,7 +333,7 @@ def tune_tasks(tasks: Sequence[ModelTask], trials: int | None = None,
     if path and resume and os.path.exists(path):
         _resume(sessions, sched, path)
     stream = (sys.stderr if progress is True else progress) or None
-    run = _Run(sessions, sched, trials, seconds, rt, path, stream, name)
+    run = _Run(sessions, sched, trials, seconds, rt, path, stream, name, seed=seed)
     try:
         run.loop()
     finally:
@@ -316,7 +366,7 @@ class _Run:
     """The loop of one tune call: pick a task, measure a round, report, until the budget."""
 
     def __init__(self, sessions, sched, trials, seconds, round_trials, path, stream, name,
-                 keep_open: int = 2):
+                 keep_open: int = 2, seed: int = 0):
         self.sessions, self.sched = sessions, sched
         self.trials, self.seconds, self.round_trials = trials, seconds, round_trials
         self.path, self.stream, self.name = path, stream, name
@@ -329,6 +379,7 @@ class _Run:
         self.open: list[_Session] = []      # sessions with live workers, most recent last
         self.keep_open = keep_open
         self.errors: dict[int, str] = {}
+        self.seed = seed
 
     def used(self) -> int:
         return sum(s.tuner.trials for s in self.sessions)
@@ -394,7 +445,9 @@ class _Run:
         self._activate(s)
         before = self.sched.tasks[k].best
         try:
-            results = s.run(n, self.callbacks)
+            results = [] if s.seeded else s.seed(n, self.callbacks, self.seed)
+            if not results:
+                results = s.run(n, self.callbacks)
         except LooptuneError as e:       # its workers could not start (e.g. reference build)
             log.warning("tune: task %s (%s) cannot be measured, skipping it: %s",
                         s.mt.label, s.mt.task.name, e)
