@@ -25,6 +25,7 @@ import numpy as np
 
 from ..errors import GraphError
 from ..lang import dtype as dt
+from .builder import BuilderMixin
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,10 +137,10 @@ class Value:
 _NAME_OK = re.compile(r"^[^\x00]+$")
 
 
-class Graph:
+class Graph(BuilderMixin):
     """A graph of operators over named, typed values. Build it with :meth:`input`,
-    :meth:`const`, :meth:`op` and :meth:`output` (or import one with ``from_onnx``); passes
-    return new graphs."""
+    :meth:`const`, :meth:`op` (or a shorthand such as :meth:`conv2d`, see graph/builder.py)
+    and :meth:`output` (or import one with ``from_onnx``); passes return new graphs."""
 
     def __init__(self, name: str = "graph"):
         if not isinstance(name, str) or not name or not _NAME_OK.match(name):

@@ -91,3 +91,36 @@ def test_reference_checks_inputs(call, match):
 
 def test_graph_error_is_a_looptune_error():
     assert issubclass(GraphError, lt.LooptuneError) and lt.GraphError is GraphError
+
+
+def test_shorthands_build_the_onnx_nodes_and_compute_the_same():
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((4, 3, 3, 3)).astype("float32")
+    b = rng.standard_normal(4).astype("float32")
+    fc = rng.standard_normal((5, 4)).astype("float32")
+    g = Graph("short")
+    x = g.input("x", (2, 3, 9, 9))
+    y = g.max_pool2d(g.relu(g.conv2d(x, g.const(w), g.const(b), stride=2, pad=1)), 2)
+    g.output(g.softmax(g.dense(g.flatten(g.global_avg_pool(y)), g.const(fc))))
+    h = Graph("long")
+    x2 = h.input("x", (2, 3, 9, 9))
+    y2 = h.op("Conv", x2, h.const(w), h.const(b), strides=[2, 2], pads=[1, 1, 1, 1])
+    y2 = h.op("MaxPool", h.op("Relu", y2), kernel_shape=[2, 2], strides=[2, 2],
+              pads=[0, 0, 0, 0])
+    y2 = h.op("Gemm", h.op("Flatten", h.op("GlobalAveragePool", y2), axis=1), h.const(fc),
+              transB=1)
+    h.output(h.op("Softmax", y2, axis=-1))
+    assert [n.op_type for n in g.nodes] == [n.op_type for n in h.nodes]
+    assert g.nodes[0].attr("strides") == (2, 2) and g.nodes[0].attr("pads") == (1, 1, 1, 1)
+    xin = rng.standard_normal((2, 3, 9, 9)).astype("float32")
+    np.testing.assert_array_equal(g.run_reference([xin])[0], h.run_reference([xin])[0])
+
+
+def test_shorthand_errors_name_the_argument():
+    g = Graph("e")
+    x = g.input("x", (1, 3, 8, 8))
+    with pytest.raises(GraphError, match=r"g.conv2d: stride must be an int or a pair of ints; "
+                                         r"got \(1, 2, 3\)"):
+        g.conv2d(x, g.const(np.zeros((2, 3, 3, 3), "float32")), stride=(1, 2, 3))
+    with pytest.raises(GraphError, match=r"\(Conv\): .*"):
+        g.conv2d(x, g.const(np.zeros((2, 5, 3, 3), "float32")))
