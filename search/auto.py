@@ -85,10 +85,11 @@ from .task import Task
 from .template import _REGISTRY, Template
 from .tuners import TUNERS, make_tuner
 
-SKETCH_VERSION = 5     # 2: row statistics computed per row of their output
+SKETCH_VERSION = 6     # 2: row statistics computed per row of their output
                       # 3: epilogue chains (contraction -> bias -> activation)
                       # 4: multi-level tiling, packing, the rfactor rule, sized by the machine
                       # 5: knob 'parallel' (small kernels on one thread)
+                      # 6: a transpose's 2-D tile pairs the axis its load reads along
 
 # ---- the DAG ---------------------------------------------------------------------------------
 

@@ -7,8 +7,9 @@ defines, and how a config's choices become schedule primitives.
   operand (``cache_read`` into a contiguous panel);
 - row statistics computed per row of their output, their reductions rfactored over lanes;
 - reductions rfactored over vector lanes where they run along contiguous memory;
-- everything else vectorized along its innermost loop (2-D tiles for transposes), its outer
-  loops fused and parallel.
+- everything else vectorized along its innermost loop (2-D tiles for transposes: the
+  innermost loop by the one the transposed load reads along), its outer loops fused and
+  parallel.
 
 Every rule takes ``par``: the kernel's knob ``parallel`` (a kernel too small to pay for an
 OpenMP region runs on one thread: its outer loops are then neither parallel nor fused, except
@@ -16,7 +17,16 @@ where one loop is needed as the place to compute a producer at).
 """
 from __future__ import annotations
 
-from .auto_rules import Epilogue, Machine, TilePlan, choices, extent, is_transposing, lanes_first
+from .auto_rules import (
+    Epilogue,
+    Machine,
+    TilePlan,
+    choices,
+    extent,
+    is_transposing,
+    lanes_first,
+    row_axis,
+)
 
 
 def fuse_parallel(stage, loops, par: bool = True):
@@ -225,10 +235,11 @@ def simple_knobs(cfg, op, name: str, machine: Machine, lanes: bool = True) -> bo
     first = L if e >= 2 * L else e          # short rows: the whole row is one vector
     cfg.define_knob(f"{name}.width", choices(first, L, 2 * L, 4 * L, max(1, L // 2), e,
                                              limit=e))
-    if len(op.axis) >= 2 and extent(op.axis[-2]) > 1:
-        rows = min(L, extent(op.axis[-2])) if is_transposing(op) else 1
+    ax = row_axis(op)
+    if len(op.axis) >= 2 and extent(op.axis[ax]) > 1:
+        rows = min(L, extent(op.axis[ax])) if is_transposing(op) else 1
         cfg.define_knob(f"{name}.rows", choices(rows, 1, 2, 4, 8, 16, 32,
-                                                limit=extent(op.axis[-2])))
+                                                limit=extent(op.axis[ax])))
     return lanes
 
 
@@ -252,9 +263,10 @@ def vectorize_parallel(cfg, s, T, name: str, has_lanes: bool, par: bool = True) 
     o, i = st.split(axes[-1], factor=w) if w < extent(axes[-1]) else (None, axes[-1])
     rows: list = []
     outer = axes[:-1]
-    if len(axes) >= 2 and extent(axes[-2]) > 1 and cfg[f"{name}.rows"].val > 1:
-        yo, yi = st.split(axes[-2], factor=cfg[f"{name}.rows"].val)
-        outer, rows = axes[:-2] + [yo], [yi]
+    ax = row_axis(st.op)
+    if len(axes) >= 2 and extent(axes[ax]) > 1 and cfg[f"{name}.rows"].val > 1:
+        yo, yi = st.split(axes[ax], factor=cfg[f"{name}.rows"].val)
+        outer, rows = [yo if k == ax else a for k, a in enumerate(axes[:-1])], [yi]
     outer = outer + ([o] if o is not None else [])
     st.reorder(*outer, *rows, *red, i)            # lanes = independent outputs
     st.vectorize(i)

@@ -234,14 +234,33 @@ def _dim(t, d: int) -> int:
 
 def is_transposing(op) -> bool:
     """Some load reads along another axis than the op's innermost: 2-D tiles help."""
+    return transposed_axis(op) is not None
+
+
+def transposed_axis(op) -> int | None:
+    """The axis (not the innermost) that the innermost index of some load follows, when that
+    index does not follow the op's innermost axis: a transpose's 2-D tile pairs the two
+    (NCHW16c -> NCHW reads ``in[c // 16, y, x, c % 16]``: the tile is c x x, not y x x)."""
     if not op.axis or len(op.axis) < 2:
-        return False
+        return None
     last = op.axis[-1].var
+    pos = {a.var: k for k, a in enumerate(op.axis[:-1])}
     for ld in collect_loads(source(op)):
-        if ld.indices and last not in collect_vars(ld.indices[-1]) and \
-                any(last in collect_vars(i) for i in ld.indices[:-1]):
-            return True
-    return False
+        if not ld.indices:
+            continue
+        inner = collect_vars(ld.indices[-1])
+        if last in inner or not any(last in collect_vars(i) for i in ld.indices[:-1]):
+            continue
+        found = [pos[v] for v in inner if v in pos and extent(op.axis[pos[v]]) > 1]
+        return max(found) if found else len(op.axis) - 2
+    return None
+
+
+def row_axis(op) -> int:
+    """The axis a stage's 2-D tiles split next to its innermost (knob ``rows``): the one a
+    transpose reads along (:func:`transposed_axis`), else the second innermost."""
+    t = transposed_axis(op)
+    return t if t is not None else len(op.axis) - 2
 
 
 def materialize_first(s, st) -> bool:
