@@ -15,6 +15,7 @@ import numpy as np
 
 import looptune as lt
 from looptune.lang.expr import BinKind, BinOp, Cast, Const, Not, Select, Var
+from looptune.report import make_arrays
 
 RTOL, ATOL = 1e-4, 1e-5
 GUARD = 16   # canary elements on each side of every array handed to a compiled function
@@ -100,6 +101,29 @@ def run_check(s, args, inputs: dict, expected: dict, rtol=RTOL, atol=ATOL, f=Non
         else:
             np.testing.assert_array_equal(arr, want, err_msg=f"output '{t.name}'\n{ctx}")
     return f
+
+
+def check_outputs(s, tensors, want, seed: int = 1) -> None:
+    """Build ``s`` over ``tensors``, run it on the seeded arrays of ``report.make_arrays``
+    (outputs filled with NaN first) and compare each output with ``want(*inputs)`` (a tuple
+    for several outputs; outputs beyond it are not compared) at rtol = atol = 1e-4."""
+    inputs, outs, args = make_arrays(tensors, seed)
+    for o in outs:
+        o.fill(np.nan)
+    lt.build(s, tensors)(*args)
+    wants = want(*inputs)
+    wants = wants if isinstance(wants, tuple) else (wants,)
+    for got, w in zip(outs, wants):
+        np.testing.assert_allclose(got, w, rtol=1e-4, atol=1e-4)
+
+
+def pick_config(space, values: dict):
+    """The config of ``space`` with these knob values (the first choice of the others)."""
+    names = list(space.knobs)
+    vec = [0] * len(names)
+    for n, v in values.items():
+        vec[names.index(n)] = space.knobs[n].values.index(v)
+    return space.get(space.index_of(vec))
 
 
 # ---- workloads -----------------------------------------------------------------------------

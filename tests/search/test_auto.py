@@ -9,7 +9,7 @@ import pytest
 from looptune.report import make_arrays
 from looptune.search import MeasureOption, auto_schedule, auto_task
 from looptune.search.auto import dag_digest, is_contraction
-from util import run_check
+from util import check_outputs, pick_config, run_check
 from util import softmax as util_softmax
 
 LANES = lt.Target.parse("c").vector_lanes("float32")
@@ -23,14 +23,6 @@ def _matmul_relu(N=37, M=29, K=23, bias=False):
     C = lt.compute((N, M), lambda i, j: lt.sum(A[i, k] * B[k, j], axis=k), name="C")
     D = lt.compute((N, M), lambda i, j: lt.max(C[i, j], 0.0), name="D")
     return A, B, D
-
-
-def _check(s, tensors, want):
-    inputs, outs, args = make_arrays(tensors, 1)
-    for o in outs:
-        o.fill(np.nan)
-    lt.build(s, tensors)(*args)
-    np.testing.assert_allclose(outs[0], want(*inputs), rtol=1e-4, atol=1e-4)
 
 
 def _relu_mm(a, b):
@@ -59,7 +51,7 @@ def test_every_config_of_a_small_space_is_exact():
     assert len(task.config_space) <= 500
     for cfg in task.config_space:
         s, tensors = task.instantiate(cfg)
-        _check(s, tensors, _relu_mm)
+        check_outputs(s, tensors, _relu_mm)
 
 
 def test_inline_knob_for_injective_intermediates_and_both_choices_exact():
@@ -79,17 +71,8 @@ def test_inline_knob_for_injective_intermediates_and_both_choices_exact():
     for cfg in task.config_space.sample(min(24, len(task.config_space)), 0):
         s, tensors = task.instantiate(cfg)
         seen.add(cfg["sq.inline"].val)
-        _check(s, tensors, want)
+        check_outputs(s, tensors, want)
     assert seen == {True, False}
-
-
-def _pick(space, values: dict):
-    """The config of ``space`` with these knob values (the first choice of the others)."""
-    names = list(space.knobs)
-    vec = [0] * len(names)
-    for n, v in values.items():
-        vec[names.index(n)] = space.knobs[n].values.index(v)
-    return space.get(space.index_of(vec))
 
 
 def test_row_statistics_computed_per_row_of_the_output():
@@ -108,19 +91,19 @@ def test_row_statistics_computed_per_row_of_the_output():
         run_check(s, tensors, data, want, **w.tol)
         attach.update({st.name: st.attach[0] for st in s.stages})
         return s
-    s = run(_pick(sp, {"expx.inline": False, "expx.at": "row", "rowmax.at": "row",
-                       "rowsum.at": "row", "rowmax.lanes": LANES, "rowsum.lanes": 2 * LANES}))
+    s = run(pick_config(sp, {"expx.inline": False, "expx.at": "row", "rowmax.at": "row",
+                             "rowsum.at": "row", "rowmax.lanes": LANES, "rowsum.lanes": 2 * LANES}))
     assert [attach[n] for n in ("rowmax", "rowmax.rf", "expx", "rowsum", "rowsum.rf")] == \
         ["at"] * 5
     assert s.stage("rowmax").attach[1] is s.stage("softmax")
     # expx inlined: the reductions read X per row, no rfactor with one lane
-    run(_pick(sp, {"expx.inline": True, "rowmax.at": "row", "rowsum.at": "row",
-                   "rowmax.lanes": 1, "rowsum.lanes": 1}))
+    run(pick_config(sp, {"expx.inline": True, "rowmax.at": "row", "rowsum.at": "row",
+                         "rowmax.lanes": 1, "rowsum.lanes": 1}))
     assert attach["rowmax"] == attach["rowsum"] == "at" and attach["expx"] == "inline"
     # rowmax per row, but its reader expx at root (it needs every row first): rowmax stays
     # at root, where it is valid, instead of an invalid schedule
-    run(_pick(sp, {"expx.inline": False, "expx.at": "root", "rowmax.at": "row",
-                   "rowsum.at": "row"}))
+    run(pick_config(sp, {"expx.inline": False, "expx.at": "root", "rowmax.at": "row",
+                         "rowsum.at": "row"}))
     assert attach["rowmax"] == attach["expx"] == "root" and attach["rowsum"] == "at"
     for cfg in sp.sample(16, 5):
         run(cfg)
@@ -139,7 +122,7 @@ def test_auto_schedule_tunes_logs_resumes_and_reads_back(tmp_path):
     A, B, D = _matmul_relu()
     s = auto_schedule([A, B, D], trials=6, log_file=str(log), tuner="random",
                       measure_option=OPT)
-    _check(s, [A, B, D], _relu_mm)
+    check_outputs(s, [A, B, D], _relu_mm)
     recs = [json.loads(x) for x in log.read_text().splitlines()]
     assert len(recs) == 6 and all(r["task"]["name"].startswith("auto_") for r in recs)
     assert sum(r["error"] == "none" for r in recs) >= 5   # workers rebuilt the DAG
@@ -158,7 +141,7 @@ def test_auto_schedule_tunes_logs_resumes_and_reads_back(tmp_path):
     task = auto_task([A2, B2, D2])
     want_s, _ = task.instantiate(best["config"]["index"])
     assert str(lt.lower(s3, [A2, B2, D2])) == str(lt.lower(want_s, [A2, B2, D2]))
-    _check(s3, [A2, B2, D2], _relu_mm)
+    check_outputs(s3, [A2, B2, D2], _relu_mm)
 
 
 def test_auto_schedule_with_the_gbt_tuner_and_a_conv_with_padding(tmp_path):
@@ -183,7 +166,7 @@ def test_auto_schedule_with_the_gbt_tuner_and_a_conv_with_padding(tmp_path):
             for dx in range(3):
                 o += np.einsum("nchw,kc->nkhw", p[:, :, dy:dy + H, dx:dx + W], w[:, :, dy, dx])
         return o
-    _check(s, [data, weight, out], want)
+    check_outputs(s, [data, weight, out], want)
 
 
 @pytest.mark.parametrize("bad, msg", [

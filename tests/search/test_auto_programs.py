@@ -10,6 +10,7 @@ import pytest
 from looptune.schedule.steps import dumps
 from looptune.search import MeasureOption, MeasureResult, RandomTuner, SATuner, auto_task
 from looptune.search.programs import ProgramSet, canonical
+from util import pick_config
 from util import softmax as util_softmax
 
 OPT = MeasureOption(number=1, repeat=2, timeout=20, n_parallel=2, remeasure_top=0)
@@ -52,21 +53,12 @@ def _maxpool(N=1, C=16, H=57, W=61):
     return [X, P]
 
 
-def _pick(task, values: dict):
-    sp = task.config_space
-    names = list(sp.knobs)
-    vec = [0] * len(names)
-    for n, v in values.items():
-        vec[names.index(n)] = sp.knobs[n].values.index(v)
-    return sp.get(sp.index_of(vec))
-
-
 def test_knobs_a_config_does_not_read_are_reset_to_their_first_choice():
     task = auto_task(util_softmax(N=7, M=45).args)
     sp = task.config_space
     # expx inlined: its knobs (at, vec, width, rows) are never read
-    a = _pick(task, {"expx.inline": True, "expx.at": "root", "expx.width": 32})
-    b = _pick(task, {"expx.inline": True, "expx.at": "row"})
+    a = pick_config(sp, {"expx.inline": True, "expx.at": "root", "expx.width": 32})
+    b = pick_config(sp, {"expx.inline": True, "expx.at": "row"})
     ca, ka = canonical(task, a)
     cb, kb = canonical(task, b)
     assert a.index != b.index and ca.index == cb.index and ka == kb
@@ -76,8 +68,8 @@ def test_knobs_a_config_does_not_read_are_reset_to_their_first_choice():
     assert canonical(task, ca)[0].index == ca.index           # a fixed point
     # a knob that is read but changes nothing (rowmax per row while its reader expx is at
     # root): a different config, the same program
-    c = _pick(task, {"expx.inline": False, "expx.at": "root", "rowmax.at": "row"})
-    d = _pick(task, {"expx.inline": False, "expx.at": "root", "rowmax.at": "root"})
+    c = pick_config(sp, {"expx.inline": False, "expx.at": "root", "rowmax.at": "row"})
+    d = pick_config(sp, {"expx.inline": False, "expx.at": "root", "rowmax.at": "root"})
     assert canonical(task, c)[1] == canonical(task, d)[1]
 
 
@@ -101,9 +93,9 @@ def test_hand_templates_are_keyed_by_config_not_by_steps():
 
 def test_a_batch_with_one_program_twice_measures_it_once():
     task = auto_task(util_softmax(N=7, M=45).args)
-    a = _pick(task, {"expx.inline": True, "expx.at": "root"})
-    b = _pick(task, {"expx.inline": True, "expx.at": "row"})
-    c = _pick(task, {"expx.inline": False})
+    a = pick_config(task.config_space, {"expx.inline": True, "expx.at": "root"})
+    b = pick_config(task.config_space, {"expx.inline": True, "expx.at": "row"})
+    c = pick_config(task.config_space, {"expx.inline": False})
     tuner = RandomTuner(task, seed=0)
     m = StepsMeasurer(task)
     out = list(tuner.programs.measure(m, [a, b, c, b], tuner))
@@ -130,8 +122,8 @@ def test_sa_trials_are_distinct_programs(dag, name):
 
 def test_resumed_results_key_their_programs():
     task = auto_task(util_softmax(N=7, M=45).args)
-    a = _pick(task, {"expx.inline": True, "expx.at": "root"})
-    b = _pick(task, {"expx.inline": True, "expx.at": "row"})
+    a = pick_config(task.config_space, {"expx.inline": True, "expx.at": "root"})
+    b = pick_config(task.config_space, {"expx.inline": True, "expx.at": "row"})
     tuner = RandomTuner(task, seed=0)
     tuner.load_history([MeasureResult(canonical(task, a)[0], [1e-3], flop=task.flop)])
     m = StepsMeasurer(task)

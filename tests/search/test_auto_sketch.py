@@ -7,33 +7,11 @@ from __future__ import annotations
 import looptune as lt
 import numpy as np
 import pytest
-from looptune.report import make_arrays
 from looptune.search import auto_task
 from looptune.search.auto_rules import machine_of
+from util import check_outputs, pick_config
 
 L = lt.Target.parse("c").vector_lanes("float32")
-
-
-def _run(s, tensors, want, seed=1):
-    """Build ``s``, run it on seeded inputs; compare every output with ``want(*inputs)``."""
-    inputs, outs, args = make_arrays(tensors, seed)
-    for o in outs:
-        o.fill(np.nan)
-    lt.build(s, tensors)(*args)
-    wants = want(*inputs)
-    wants = wants if isinstance(wants, tuple) else (wants,)
-    for got, w in zip(outs, wants):
-        np.testing.assert_allclose(got, w, rtol=1e-4, atol=1e-4)
-
-
-def _pick(task, values: dict):
-    """The config with these knob values, the others at their first choice."""
-    sp = task.config_space
-    names = list(sp.knobs)
-    vec = [0] * len(names)
-    for n, v in values.items():
-        vec[names.index(n)] = sp.knobs[n].values.index(v)
-    return sp.get(sp.index_of(vec))
 
 
 def _configs(task, n, seed=0):
@@ -68,12 +46,12 @@ def test_matmul_gets_multi_level_tiles_sized_by_the_vector_lanes():
     assert sp.knobs["C.pack"].values[0] == "none"
     wide = auto_task(list(_matmul(9, 1031, 13)))
     assert wide.config_space.knobs["C.pack"].values[0] == "B"
-    s, _ = task.instantiate(_pick(task, {"parallel": True, "C.pack": "B"}))
+    s, _ = task.instantiate(pick_config(sp, {"parallel": True, "C.pack": "B"}))
     text = str(lt.lower(s, [A, B, C]))
     assert "B.local" in text and "C.local" in text and "parallel" in text
     assert f"allocate C.local[float32 * 8, {2 * L}]" in text
     for i in _configs(task, 2):
-        _run(task.instantiate(i)[0], [A, B, C], _mm)
+        check_outputs(task.instantiate(i)[0], [A, B, C], _mm)
 
 
 @pytest.mark.parametrize("values", [
@@ -86,8 +64,8 @@ def test_matmul_gets_multi_level_tiles_sized_by_the_vector_lanes():
 def test_kblocked_packed_and_uncached_variants_are_exact(values):
     A, B, C = _matmul(37, 53, 41)
     task = auto_task([A, B, C])
-    s, _ = task.instantiate(_pick(task, values))
-    _run(s, [A, B, C], _mm)
+    s, _ = task.instantiate(pick_config(task.config_space, values))
+    check_outputs(s, [A, B, C], _mm)
 
 
 def test_a_contraction_that_is_also_an_output():
@@ -99,7 +77,7 @@ def test_a_contraction_that_is_also_an_output():
     assert "C.cache" in task.config_space.knobs
     for i in _configs(task, 4):
         s, _ = task.instantiate(i)
-        _run(s, [A, B, C, D], lambda a, b: (_mm(a, b), np.maximum(_mm(a, b), 0)))
+        check_outputs(s, [A, B, C, D], lambda a, b: (_mm(a, b), np.maximum(_mm(a, b), 0)))
 
 
 def test_bias_relu_transpose_chain_is_one_epilogue():
@@ -116,8 +94,8 @@ def test_bias_relu_transpose_chain_is_one_epilogue():
     s, _ = task.instantiate(0)
     assert s.stage("C").attach[0] == "at" and s.stage("E").attach[0] == "inline"
     for i in _configs(task, 4):
-        _run(task.instantiate(i)[0], [A, B, bias, G],
-             lambda a, b, c: np.maximum(_mm(a, b) + c, 0).T)
+        check_outputs(task.instantiate(i)[0], [A, B, bias, G],
+                      lambda a, b, c: np.maximum(_mm(a, b) + c, 0).T)
 
 
 def test_square_transpose_epilogue_takes_the_tiles_of_the_axes_it_reads():
@@ -129,10 +107,10 @@ def test_square_transpose_epilogue_takes_the_tiles_of_the_axes_it_reads():
     sp = task.config_space
     rows = next(v for v in sp.knobs["C.tile0"].values if v not in (1, sp.knobs["C.tile1"]
                                                                   .values[0]))
-    cfg = _pick(task, {"C.tile0": rows, "C.tile1": L})
+    cfg = pick_config(sp, {"C.tile0": rows, "C.tile1": L})
     s, _ = task.instantiate(cfg)
     assert f"allocate C[float32 * {rows}, {L}]" in str(lt.lower(s, [A, B, D]))
-    _run(s, [A, B, D], lambda a, b: _mm(a, b).T)
+    check_outputs(s, [A, B, D], lambda a, b: _mm(a, b).T)
 
 
 def test_conv_rows_are_the_channels_the_input_vector_is_reused_by():
@@ -156,7 +134,7 @@ def test_conv_rows_are_the_channels_the_input_vector_is_reused_by():
                                w[:, :, dy, dx].astype(np.float64))
         return o
     for i in _configs(task, 2):
-        _run(task.instantiate(i)[0], [data, weight, out], want)
+        check_outputs(task.instantiate(i)[0], [data, weight, out], want)
 
 
 def test_tiles_follow_the_machine_and_the_task_name_says_which():
@@ -181,7 +159,7 @@ def test_gemv_against_a_transposed_weight_is_rfactored_over_lanes():
     s, _ = task.instantiate(0)
     assert s.stage("y.rf").attach[0] == "at"
     for i in _configs(task, 4):
-        _run(task.instantiate(i)[0], [x, W, y], lambda a, w: w.astype(np.float64) @ a)
+        check_outputs(task.instantiate(i)[0], [x, W, y], lambda a, w: w.astype(np.float64) @ a)
 
 
 def test_row_norms_rfactor_and_column_sums_vectorize_across_columns():
@@ -191,7 +169,8 @@ def test_row_norms_rfactor_and_column_sums_vectorize_across_columns():
     task = auto_task([X, rows])
     assert task.config_space.knobs["rows.lanes"].values[0] == L
     for i in _configs(task, 4):
-        _run(task.instantiate(i)[0], [X, rows], lambda a: (a.astype(np.float64) ** 2).sum(1))
+        check_outputs(task.instantiate(i)[0], [X, rows],
+                      lambda a: (a.astype(np.float64) ** 2).sum(1))
     Y = lt.placeholder((203, 67), "float32", name="Y")
     r = lt.reduce_axis(203, name="r")
     cols = lt.compute((67,), lambda j: lt.sum(Y[r, j], axis=r), name="cols")
@@ -199,7 +178,7 @@ def test_row_norms_rfactor_and_column_sums_vectorize_across_columns():
     assert task.config_space.knobs["cols.lanes"].values[0] == 1
     assert task.config_space.knobs["cols.vec"].values[0] == "inner"
     for i in _configs(task, 4):
-        _run(task.instantiate(i)[0], [Y, cols], lambda a: a.astype(np.float64).sum(0))
+        check_outputs(task.instantiate(i)[0], [Y, cols], lambda a: a.astype(np.float64).sum(0))
 
 
 def test_a_global_sum_is_rfactored_at_root():
@@ -208,8 +187,8 @@ def test_a_global_sum_is_rfactored_at_root():
     tot = lt.compute((1,), lambda i: lt.sum(X[a, b], axis=[a, b]), name="tot")
     task = auto_task([X, tot])
     for i in _configs(task, 4):
-        _run(task.instantiate(i)[0], [X, tot], lambda x: x.astype(np.float64).sum(keepdims=True)
-             .reshape(1))
+        check_outputs(task.instantiate(i)[0], [X, tot],
+                      lambda x: x.astype(np.float64).sum(keepdims=True).reshape(1))
 
 
 # ---- the fallback's other choices ----------------------------------------------------------
@@ -220,7 +199,7 @@ def test_transposes_get_2d_tiles_and_rows_get_whole_vectors_in_the_fallback():
     task = auto_task([X, T])
     assert task.config_space.knobs["T.rows"].values[0] == L
     assert task.config_space.knobs["T.width"].values[0] == L
-    _run(task.instantiate(0)[0], [X, T], lambda x: x.T)
+    check_outputs(task.instantiate(0)[0], [X, T], lambda x: x.T)
     E = lt.compute((67, 45), lambda i, j: X[i, j] * 2.0, name="E")
     task = auto_task([X, E])
     assert task.config_space.knobs["E.rows"].values[0] == 1
@@ -243,4 +222,4 @@ def test_softmax_fallback_is_fused_per_row_with_buffered_exponentials():
         z = np.exp(x.astype(np.float64) - x.max(1, keepdims=True))
         return z / z.sum(1, keepdims=True)
     for i in _configs(task, 6):
-        _run(task.instantiate(i)[0], [X, out], want)
+        check_outputs(task.instantiate(i)[0], [X, out], want)

@@ -7,31 +7,11 @@ from __future__ import annotations
 import looptune as lt
 import numpy as np
 import pytest
-from looptune.report import make_arrays
 from looptune.search import auto_task
 from looptune.search.auto_rules import PARALLEL_MIN_CYCLES, machine_of, parallel_choices
+from util import check_outputs, pick_config
 
 TWO = "c -threads=2"
-
-
-def _run(s, tensors, want, seed=1):
-    inputs, outs, args = make_arrays(tensors, seed)
-    for o in outs:
-        o.fill(np.nan)
-    lt.build(s, tensors)(*args)
-    wants = want(*inputs)
-    wants = wants if isinstance(wants, tuple) else (wants,)
-    for got, w in zip(outs, wants):
-        np.testing.assert_allclose(got, w, rtol=1e-4, atol=1e-4)
-
-
-def _pick(task, values: dict):
-    sp = task.config_space
-    names = list(sp.knobs)
-    vec = [0] * len(names)
-    for n, v in values.items():
-        vec[names.index(n)] = sp.knobs[n].values.index(v)
-    return sp.get(sp.index_of(vec))
 
 
 def _parallel(s, tensors) -> bool:
@@ -41,9 +21,9 @@ def _parallel(s, tensors) -> bool:
 def _both(task, tensors, want) -> None:
     """Each choice of ``parallel`` gives parallel loops or none, and is exact."""
     for par in (True, False):
-        s, _ = task.instantiate(_pick(task, {"parallel": par}))
+        s, _ = task.instantiate(pick_config(task.config_space, {"parallel": par}))
         assert _parallel(s, tensors) == par
-        _run(s, tensors, want)
+        check_outputs(s, tensors, want)
 
 
 def _matmul(N, M, K, relu=False):
@@ -67,7 +47,7 @@ def test_a_tiny_kernel_has_no_knob_and_no_threads():
     assert "parallel" not in task.config_space.knobs
     s, _ = task.instantiate(0)
     assert not _parallel(s, [X, Y])
-    _run(s, [X, Y], lambda x: x.astype(np.float64) * 2 + 1)
+    check_outputs(s, [X, Y], lambda x: x.astype(np.float64) * 2 + 1)
 
 
 @pytest.mark.parametrize("relu", [False, True])
@@ -80,8 +60,8 @@ def test_a_small_contraction_runs_on_one_thread_first(relu):
     for values in ({"C.order": "kblock", "C.red0": 8, "parallel": False},
                    {"C.cache": False, "parallel": False} if not relu else
                    {"C.mid0": "all", "parallel": False}):
-        _run(task.instantiate(_pick(task, values))[0], [A, B, C],
-             (lambda a, b: np.maximum(_mm(a, b), 0)) if relu else _mm)
+        s, _ = task.instantiate(pick_config(task.config_space, values))
+        check_outputs(s, [A, B, C], (lambda a, b: np.maximum(_mm(a, b), 0)) if relu else _mm)
 
 
 def test_a_large_kernel_runs_on_threads_first():
