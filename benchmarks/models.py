@@ -43,6 +43,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests" / "graph"))
 
 import models as test_models  # noqa: E402  (tests/graph/models.py)
+import models_torch  # benchmarks/models_torch.py: the torch rows (torch optional)
 
 
 def mlp(batch: int = 64, d: int = 1024, hidden: int = 4096) -> onnx.ModelProto:
@@ -95,8 +96,9 @@ def run_model(name: str, work: Path, ns) -> dict:
     model = lt.graph.compile(g, log=str(log) if log else None)
     compile_s = time.perf_counter() - t0
     inputs = test_models.random_inputs(proto)
+    extra = models_torch.extra_systems(name, path, inputs, work, ns.threads)
     res = bench_model(path, model, inputs, log=str(log) if log else None, rounds=ns.rounds,
-                      threads=ns.threads, min_block=ns.min_block)
+                      threads=ns.threads, min_block=ns.min_block, extra=extra)
     print(f"\n== {name}: {len(model.steps)} kernel calls, {len(model.kernels)} kernels, "
           f"compiled in {compile_s:.1f} s{', ' + tuned if tuned else ''}")
     print(res.table())
@@ -110,20 +112,21 @@ def run_model(name: str, work: Path, ns) -> dict:
             **{f"{k}_rss": v.rss_growth for k, v in sy.items()},
             "ratio": res.ratio("looptune"), "arena": mem["arena_bytes"],
             "naive": mem["naive_bytes"], "weights": mem["weight_bytes"],
-            "max_abs_diff": res.max_abs_diff}
+            "max_abs_diff": res.max_abs_diff, "errors": res.errors}
 
 
 def table(rows: list[dict]) -> str:
     head = ("| model | tuned | looptune ms | ONNX Runtime ms | looptune / ORT | looptune "
-            "(python) ms | arena KiB (unplanned) | peak RSS growth looptune / ORT MiB |")
-    out = [head, "|" + "---|" * 8]
+            "(python) ms | arena KiB (unplanned) | peak RSS growth looptune / ORT MiB | "
+            "torch eager ms | torch.compile ms |")
+    out = [head, "|" + "---|" * 10]
     for r in rows:
         out.append(f"| {r['model']} | {r['tuned']} | {r['looptune_ms']:.3f} "
                    f"(±{100 * r['looptune_spread']:.0f}%) | {r['onnxruntime_ms']:.3f} "
                    f"(±{100 * r['onnxruntime_spread']:.0f}%) | {r['ratio']:.2f}x | "
                    f"{r['looptune (python)_ms']:.3f} | {r['arena'] / 1024:.0f} "
                    f"({r['naive'] / 1024:.0f}) | {r['looptune_rss'] / 2**20:.1f} / "
-                   f"{r['onnxruntime_rss'] / 2**20:.1f} |")
+                   f"{r['onnxruntime_rss'] / 2**20:.1f} | " + models_torch.cells(r))
     return "\n".join(out)
 
 
@@ -142,13 +145,7 @@ def main(argv=None) -> int:
     unknown = [n for n in names if n not in MODELS]
     if unknown:
         ap.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
-    try:
-        import torch  # noqa: F401
-        print("note: torch is installed but this script has no torch rows yet",
-              file=sys.stderr)
-    except ImportError:
-        print("note: torch is not installed: no torch eager / torch.compile rows",
-              file=sys.stderr)
+    print(models_torch.note(), file=sys.stderr)
     rows = []
     with tempfile.TemporaryDirectory(prefix="looptune-models-") as tmp:
         for n in names:

@@ -74,6 +74,7 @@ class BenchResult:
     rounds: int
     threads: int
     notes: list[str] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)    # extra systems left untimed
 
     def ratio(self, name: str, to: str = ORT) -> float | None:
         if name not in self.systems or to not in self.systems:
@@ -92,6 +93,7 @@ class BenchResult:
         if self.max_abs_diff is not None:
             rows.append(f"outputs: looptune vs onnxruntime, max abs difference "
                         f"{self.max_abs_diff:.3g}")
+        rows += [f"{n:<20} not timed: {e}" for n, e in self.errors.items()]
         m = self.memory
         rows.append(f"memory plan: arena {_kib(m['arena_bytes'])} (intermediates without "
                     f"planning {_kib(m['naive_bytes'])}), weights {_kib(m['weight_bytes'])}")
@@ -141,11 +143,11 @@ def openmp_note(env: dict) -> str:
 class _Worker:
     """A worker process and its JSON-lines channel."""
 
-    def __init__(self, name: str, spec: dict, env: dict, workdir: Path):
+    def __init__(self, name: str, spec: dict, env: dict, workdir: Path, script=_WORKER):
         self.name = name
-        self.err_path = workdir / f"{_KIND[name]}.stderr"
+        self.err_path = workdir / f"{_KIND.get(name, spec.get('system'))}.stderr"
         self._err = open(self.err_path, "wb")  # noqa: SIM115 - the worker's stderr, closed in close()
-        self.proc = subprocess.Popen([sys.executable, str(_WORKER), json.dumps(spec)],
+        self.proc = subprocess.Popen([sys.executable, str(script), json.dumps(spec)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self._err, env=env, text=True, bufsize=1)
         self.hello: dict | None = None
@@ -188,9 +190,13 @@ def _specs(names, onnx_path: str, model, inputs_npz: str, lib: dict, threads: in
 
 def bench_model(onnx_path, model, inputs: dict[str, np.ndarray], *, log=None, shapes=None,
                 rounds: int = 7, threads: int = 2, min_block: float = 0.2,
-                systems=SYSTEMS, workdir=None, kernels: bool = True) -> BenchResult:
+                systems=SYSTEMS, workdir=None, kernels: bool = True,
+                extra: dict | None = None) -> BenchResult:
     """Time ``model`` (``lt.graph.compile`` of the ONNX model ``onnx_path`` with ``log``) and
-    ONNX Runtime on ``inputs`` in interleaved rounds (see the module docstring)."""
+    ONNX Runtime on ``inputs`` in interleaved rounds (see the module docstring). ``extra``:
+    more systems in the same rounds, name -> (worker script speaking _bench_worker's protocol,
+    spec; its spec gets ``inputs``, ``threads``, ``min_block``); one whose first line carries
+    ``error`` is left out of the rounds, its error in ``BenchResult.errors``."""
     from .export import export_model
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise LooptuneError(f"bench: rounds must be a positive int; got {rounds!r}")
@@ -210,15 +216,20 @@ def bench_model(onnx_path, model, inputs: dict[str, np.ndarray], *, log=None, sh
                        shapes)
         env = worker_env(threads)
         workers = {n: _Worker(n, spec, env, work) for n, spec in specs.items()}
+        base = {"inputs": str(npz), "threads": threads, "min_block": min_block}
+        workers.update({n: _Worker(n, {**base, **spec}, env, work, script)
+                        for n, (script, spec) in (extra or {}).items()})
         for w in workers.values():
             w.hello = w.read()
-        res = {n: SystemResult(n) for n in workers}
+        errors = {n: w.hello["error"] for n, w in workers.items() if "error" in w.hello}
+        names = [n for n in workers if n not in errors]
+        res = {n: SystemResult(n) for n in names}
         for r in range(rounds):
             order = names[r % len(names):] + names[:r % len(names)]
             for n in order:
                 res[n].times.append(workers[n].ask("time")["t"])
-        for n, w in workers.items():
-            res[n].rss_growth = w.ask("rss")["rss"] - w.hello["rss0"]
+        for n in names:
+            res[n].rss_growth = workers[n].ask("rss")["rss"] - workers[n].hello["rss0"]
         diff = _max_diff(workers, work)
         ks = workers[PY].ask("kernels")["kernels"] if kernels and PY in workers else []
     finally:
@@ -233,7 +244,7 @@ def bench_model(onnx_path, model, inputs: dict[str, np.ndarray], *, log=None, sh
         notes.append("the python worker compiled other kernels or schedules than the exported "
                      "library (did the code or the log change during the run?): compare "
                      "their rows with care")
-    return BenchResult(model.name, res, ks, diff, mem, rounds, threads, notes)
+    return BenchResult(model.name, res, ks, diff, mem, rounds, threads, notes, errors)
 
 
 def _max_diff(workers: dict, work: Path) -> float | None:
