@@ -26,3 +26,18 @@ def update_golden(request) -> bool:
 def rng(request) -> np.random.Generator:
     """A generator seeded from the test's id: reproducible, different per test."""
     return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
+
+
+@pytest.fixture(scope="session")
+def opencl() -> str:
+    """The target ``"opencl"``; the test is skipped, saying why, where pyopencl is missing or
+    no OpenCL device can compile a kernel."""
+    pytest.importorskip("pyopencl", reason="the opencl target needs pyopencl (pip install "
+                        "'looptune[opencl]')")
+    import looptune as lt
+    from looptune.backends.opencl import select_device
+    try:
+        select_device(lt.Target.parse("opencl"))
+    except lt.BuildError as e:
+        pytest.skip(f"no usable OpenCL device: {e}")
+    return "opencl"

@@ -240,17 +240,11 @@ def test_torch_into_a_compiled_model():
 
 
 @pytest.mark.opencl
-def test_torch_tensors_into_an_opencl_function():
+def test_torch_tensors_into_an_opencl_function(opencl):
     torch = _torch()
-    pytest.importorskip("pyopencl", reason="the opencl target needs pyopencl")
-    from looptune.backends.opencl import select_device
-    try:
-        select_device(lt.Target.parse("opencl"))
-    except lt.BuildError as e:
-        pytest.skip(f"no usable OpenCL device: {e}")
     A = lt.placeholder((11,), name="A")
     B = lt.compute((11,), lambda i: A[i] * 2.0 + 1.0, name="B")
-    f = lt.build(lt.create_schedule(B), [A, B], target="opencl")
+    f = lt.build(lt.create_schedule(B), [A, B], target=opencl)
     a, b = torch.randn(11), torch.zeros(11)
     f(a, b)
     np.testing.assert_allclose(b.numpy(), 2 * a.numpy() + 1, rtol=1e-6)

@@ -159,23 +159,12 @@ def test_opencl_loop_comment_cannot_end_the_kernel(tmp_path):
     assert re.search(r"\breturn\b", kernels) is None, kernels
 
 
-@pytest.fixture(scope="module")
-def opencl_target() -> str:
-    pytest.importorskip("pyopencl", reason="the opencl target needs pyopencl")
-    from looptune.backends.opencl import select_device
-    try:
-        select_device(lt.Target.parse("opencl"))
-    except lt.BuildError as e:
-        pytest.skip(f"no usable OpenCL device: {e}")
-    return "opencl"
-
-
 @pytest.mark.opencl
-def test_opencl_loop_comment_keeps_the_numbers(opencl_target):
+def test_opencl_loop_comment_keeps_the_numbers(opencl):
     s, args = _rowsum_rfactor("k */ return; /*")
     x = np.random.default_rng(3).uniform(-1, 1, (13, 64)).astype(np.float32)
     util.run_check(s, args, {"X": x}, {"S": x.astype(np.float64).sum(axis=1)},
-                   f=lt.build(s, args, target=opencl_target, name="rowsums"))
+                   f=lt.build(s, args, target=opencl, name="rowsums"))
 
 
 # ---- exported function names -----------------------------------------------------------------
@@ -322,8 +311,8 @@ def test_random_names_build_export_and_compute(seed, tmp_path):
 
 @pytest.mark.opencl
 @pytest.mark.parametrize("seed", [0, 1])
-def test_random_names_opencl_build_export_and_compute(seed, tmp_path, opencl_target):
-    _check_names(seed, tmp_path, opencl_target)
+def test_random_names_opencl_build_export_and_compute(seed, tmp_path, opencl):
+    _check_names(seed, tmp_path, opencl)
 
 
 @pytest.mark.slow
@@ -335,5 +324,5 @@ def test_random_names_property(seed, tmp_path):
 @pytest.mark.slow
 @pytest.mark.opencl
 @pytest.mark.parametrize("seed", range(2, 14))
-def test_random_names_opencl_property(seed, tmp_path, opencl_target):
-    _check_names(seed, tmp_path, opencl_target)
+def test_random_names_opencl_property(seed, tmp_path, opencl):
+    _check_names(seed, tmp_path, opencl)

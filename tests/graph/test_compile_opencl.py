@@ -11,32 +11,19 @@ import looptune as lt
 
 from test_compile import _check, _cnn
 
-pytest.importorskip("pyopencl", reason="the opencl target needs pyopencl (pip install "
-                    "'looptune[opencl]')")
-
 pytestmark = pytest.mark.opencl
 
 
-@pytest.fixture(scope="module")
-def target() -> str:
-    from looptune.backends.opencl import select_device
-    try:
-        select_device(lt.Target.parse("opencl"))
-    except lt.BuildError as e:
-        pytest.skip(f"no usable OpenCL device: {e}")
-    return "opencl"
-
-
-def test_cnn_runs_on_opencl(target, rng):
+def test_cnn_runs_on_opencl(opencl, rng):
     g = _cnn(hw=6)
-    model = lt.graph.compile(g, target=target, optimize=False)
+    model = lt.graph.compile(g, target=opencl, optimize=False)
     assert [k.target for k in model.kernels] == ["opencl", "opencl"]
     assert "__kernel" in model.kernels[0].source
     assert model.memory_report()["inplace"] == []       # OpenCL kernels never run in place
     _check(model, g, rng)
 
 
-def test_group_the_opencl_backend_refuses_falls_back_to_c(target, rng, monkeypatch, caplog):
+def test_group_the_opencl_backend_refuses_falls_back_to_c(opencl, rng, monkeypatch, caplog):
     import looptune.backends.opencl as ocl
     real = ocl.build_opencl
 
@@ -47,7 +34,7 @@ def test_group_the_opencl_backend_refuses_falls_back_to_c(target, rng, monkeypat
     monkeypatch.setattr(ocl, "build_opencl", picky)
     g = _cnn(hw=6)
     with caplog.at_level(logging.WARNING, logger="looptune.graph.compile"):
-        model = lt.graph.compile(g, target=target, optimize=False)
+        model = lt.graph.compile(g, target=opencl, optimize=False)
     assert [k.target for k in model.kernels] == ["opencl", "c"]
     notes = [r.getMessage() for r in caplog.records]
     assert notes == ["group 1 (fused_maxpool) runs in C: the OpenCL sketch or code generator "
@@ -58,9 +45,9 @@ def test_group_the_opencl_backend_refuses_falls_back_to_c(target, rng, monkeypat
     np.testing.assert_allclose(model(x)[0], g.run_reference([x])[0], rtol=1e-5)
 
 
-def test_opencl_compile_keeps_nchw(target, rng):
+def test_opencl_compile_keeps_nchw(opencl, rng):
     from test_compile_target import _agrees, _convs
     g = _convs(hw=5)
-    model = lt.graph.compile(g, target=target)
+    model = lt.graph.compile(g, target=opencl)
     assert {n.op_type for n in model.graph.nodes} == {"Conv", "Relu"}     # no NCHWc blocks
     _agrees(model, g, rng)

@@ -220,18 +220,6 @@ def test_generated_spaces_of_the_fuzzer_operators_are_exact(seed):
         op.check(s, seed)
 
 
-@pytest.fixture(scope="module")
-def opencl():
-    pytest.importorskip("pyopencl", reason="the opencl target needs pyopencl (pip install "
-                        "'looptune[opencl]')")
-    from looptune.backends.opencl import select_device
-    try:
-        select_device(lt.Target.parse("opencl"))
-    except lt.BuildError as e:
-        pytest.skip(f"no usable OpenCL device: {e}")
-    return "opencl"
-
-
 @pytest.mark.opencl
 def test_opencl_target_gets_a_work_group_sketch(opencl, tmp_path):
     A, B, D = _matmul_relu()

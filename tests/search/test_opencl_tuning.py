@@ -6,21 +6,10 @@ import pytest
 
 import looptune as lt
 
-pytest.importorskip("pyopencl", reason="the opencl target needs pyopencl (pip install "
-                    "'looptune[opencl]')")
 pytestmark = pytest.mark.opencl
 
 
-@pytest.fixture(scope="module")
-def device():
-    from looptune.backends.opencl import select_device
-    try:
-        select_device(lt.Target.parse("opencl"))
-    except lt.BuildError as e:
-        pytest.skip(f"no usable OpenCL device: {e}")
-
-
-def test_tune_an_opencl_template(device, tmp_path):
+def test_tune_an_opencl_template(opencl, tmp_path):
     import helpers_cl_template as h
     task = lt.search.create_task(h.NAME, (24, 40, 16), target="opencl")
     assert len(task.config_space) == 6
