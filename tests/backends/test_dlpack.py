@@ -11,39 +11,20 @@ import pytest
 import looptune as lt
 from looptune.backends.arrays import host_arrays
 
+from built_kernels import built_axpy, built_matmul
+
 rng = np.random.default_rng(0)
-
-
-def _saxpy():
-    """Z = 3 X + Y over a symbolic n, vectorized with a tail."""
-    n = lt.var("n")
-    X = lt.placeholder((n,), name="X")
-    Y = lt.placeholder((n,), name="Y")
-    Z = lt.compute((n,), lambda i: X[i] * 3.0 + Y[i], name="Z")
-    s = lt.create_schedule(Z)
-    _, xi = s[Z].split(Z.op.axis[0], factor=8)
-    s[Z].vectorize(xi)
-    return lt.build(s, [X, Y, Z], name="saxpy")
-
-
-def _matmul(N=13, M=21, K=7):
-    A = lt.placeholder((N, K), name="A")
-    B = lt.placeholder((K, M), name="B")
-    k = lt.reduce_axis(K, name="k")
-    C = lt.compute((N, M), lambda i, j: lt.sum(A[i, k] * B[k, j], axis=k), name="C")
-    s = lt.create_schedule(C)
-    s[C].tile(*C.op.axis, 4, 8)
-    return lt.build(s, [A, B, C], name="mm")
 
 
 @pytest.fixture(scope="module")
 def saxpy():
-    return _saxpy()
+    """Z = 3 X + Y over a symbolic n, vectorized with a tail."""
+    return built_axpy("saxpy", 3.0, parallel=False)
 
 
 @pytest.fixture(scope="module")
 def mm():
-    return _matmul()
+    return built_matmul(vectorize=False)
 
 
 class OnlyDLPack:

@@ -8,28 +8,7 @@ import pytest
 
 import looptune as lt
 
-
-def _vadd():
-    n = lt.var("n")
-    X = lt.placeholder((n,), name="X")
-    Y = lt.placeholder((n,), name="Y")
-    Z = lt.compute((n,), lambda i: X[i] * 2.0 + Y[i], name="Z")
-    s = lt.create_schedule(Z)
-    xo, xi = s[Z].split(Z.op.axis[0], factor=8)
-    s[Z].vectorize(xi)
-    s[Z].parallel(xo)
-    return lt.build(s, [X, Y, Z], name="vadd")
-
-
-def _matmul(N=13, M=21, K=7):
-    A = lt.placeholder((N, K), name="A")
-    B = lt.placeholder((K, M), name="B")
-    k = lt.reduce_axis(K, name="k")
-    C = lt.compute((N, M), lambda i, j: lt.sum(A[i, k] * B[k, j], axis=k), name="C")
-    s = lt.create_schedule(C)
-    io, jo, ii, ji = s[C].tile(*C.op.axis, 4, 8)
-    s[C].vectorize(ji)
-    return lt.build(s, [A, B, C], name="mm")
+from built_kernels import built_axpy, built_matmul
 
 
 C_MAIN = r"""
@@ -53,7 +32,7 @@ int main(void) {
 
 @pytest.mark.parametrize("link", ["shared", "static"])
 def test_c_program_links_exported_library(tmp_path, link):
-    paths = lt.export_library([_vadd(), _matmul()], tmp_path / "libops")
+    paths = lt.export_library([built_axpy(), built_matmul()], tmp_path / "libops")
     assert {p.name for p in paths.values()} == {"libops.so", "libops.a", "libops.h", "libops.c"}
     header = paths["h"].read_text()
     assert "int vadd(const float *X, const float *Y, float *Z, int64_t n);" in header
@@ -75,7 +54,7 @@ def test_c_program_links_exported_library(tmp_path, link):
 
 
 def test_exported_so_needs_only_libc_libm_openmp(tmp_path):
-    paths = lt.export_library(_vadd(), tmp_path / "libv")
+    paths = lt.export_library(built_axpy(), tmp_path / "libv")
     deps = subprocess.run(["ldd", str(paths["so"])], capture_output=True, text=True).stdout
     names = {line.split()[0] for line in deps.strip().splitlines()}
     allowed = {"linux-vdso.so.1", "libc.so.6", "libm.so.6", "libgomp.so.1", "libmvec.so.1",
@@ -84,7 +63,7 @@ def test_exported_so_needs_only_libc_libm_openmp(tmp_path):
 
 
 def test_export_refuses_duplicate_names(tmp_path):
-    f = _vadd()
+    f = built_axpy()
     with pytest.raises(lt.BuildError, match="two functions are named 'vadd'"):
         lt.export_library([f, f], tmp_path / "libdup")
 
@@ -93,7 +72,7 @@ def test_export_refuses_unwritable_output(tmp_path):
     blocker = tmp_path / "file.txt"
     blocker.write_text("not a directory")
     with pytest.raises(lt.BuildError, match="cannot create .*file.txt"):
-        lt.export_library(_vadd(), blocker / "libx")
+        lt.export_library(built_axpy(), blocker / "libx")
 
 
 def test_export_refuses_empty():

@@ -18,6 +18,8 @@ from looptune.cli import main
 from looptune.operators import load_operators
 from looptune.search import LogWriter, MeasureResult, Record, create_task
 
+from built_kernels import built_axpy, built_matmul
+
 pytestmark = pytest.mark.skipif(platform.machine() != "x86_64",
                                 reason="the x86-64 levels need an x86-64 host")
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -30,26 +32,8 @@ def _private_cache(tmp_path_factory, monkeypatch):
 
 
 def _vadd(factor: int = 8, n=None):
-    n = lt.var("n") if n is None else n
-    X = lt.placeholder((n,), name="X")
-    Y = lt.placeholder((n,), name="Y")
-    Z = lt.compute((n,), lambda i: lt.exp(X[i]) * 2.0 + Y[i], name="Z")
-    s = lt.create_schedule(Z)
-    xo, xi = s[Z].split(Z.op.axis[0], factor=factor)
-    s[Z].vectorize(xi)
-    s[Z].parallel(xo)
-    return lt.build(s, [X, Y, Z], name="vadd")
-
-
-def _matmul(N=13, M=21, K=7):
-    A = lt.placeholder((N, K), name="A")
-    B = lt.placeholder((K, M), name="B")
-    k = lt.reduce_axis(K, name="k")
-    C = lt.compute((N, M), lambda i, j: lt.sum(A[i, k] * B[k, j], axis=k), name="C")
-    s = lt.create_schedule(C)
-    _, _, _, ji = s[C].tile(*C.op.axis, 4, 8)
-    s[C].vectorize(ji)
-    return lt.build(s, [A, B, C], name="mm")
+    """``vadd``: Z = exp(X) * 2 + Y (a math call in the vector loop)."""
+    return built_axpy(unary=lt.exp, factor=factor, n=n)
 
 
 def _cpu_level() -> int:
@@ -159,7 +143,7 @@ def objdump():
 
 
 def test_x86_64_v2_export_holds_no_avx_instruction(tmp_path, objdump):
-    paths = lt.export_library([_vadd(), _matmul()], tmp_path / "libv2", march="x86-64-v2")
+    paths = lt.export_library([_vadd(), built_matmul()], tmp_path / "libv2", march="x86-64-v2")
     for p in (paths["so"], paths["a"]):
         assert _avx_instructions(p) == []
     header = paths["h"].read_text()
@@ -167,7 +151,7 @@ def test_x86_64_v2_export_holds_no_avx_instruction(tmp_path, objdump):
     assert "gcc -O3 -march=x86-64-v2 -fPIC" in header and "native" not in header
     assert _run_and_check(_program(paths, tmp_path, "shared", None), None) is None
     # the check sees AVX where it is: the same functions exported for x86-64-v3
-    v3 = lt.export_library([_vadd(), _matmul()], tmp_path / "libv3", march="x86-64-v3")
+    v3 = lt.export_library([_vadd(), built_matmul()], tmp_path / "libv3", march="x86-64-v3")
     assert any("ymm" in i for i in _avx_instructions(v3["so"]))
 
 
@@ -181,7 +165,7 @@ def test_default_export_states_native_and_its_risk(tmp_path):
 @pytest.mark.parametrize("link", ["shared", "static"])
 def test_multi_target_library_dispatches_on_the_cpu(tmp_path, link, objdump):
     levels = ["x86-64-v2", "x86-64-v3", "x86-64-v4"]
-    paths = lt.export_library([_vadd(), _matmul()], tmp_path / "libmt", march=levels)
+    paths = lt.export_library([_vadd(), built_matmul()], tmp_path / "libmt", march=levels)
     exe = _program(paths, tmp_path, link, "libmt_target")
     cpu = _cpu_level()
     best = f"x86-64-v{min(max(cpu, 2), 4)}" if cpu >= 2 else "none"
@@ -206,8 +190,8 @@ def test_per_level_schedules_and_their_provenance_in_the_header(tmp_path):
     f2, f3 = _vadd(factor=4), _vadd(factor=16)
     f2.provenance = {"schedule": "hand */ #define EVIL 1 /*", "log": "a.jsonl\nb"}
     f3.provenance = {"schedule": "tuned config #7", "config": '{"tile": 16}'}
-    paths = lt.export_library({"x86-64-v3": [f3, _matmul()], "x86-64-v2": [f2, _matmul()]},
-                              tmp_path / "libpl")
+    paths = lt.export_library({"x86-64-v3": [f3, built_matmul()],
+                               "x86-64-v2": [f2, built_matmul()]}, tmp_path / "libpl")
     header = paths["h"].read_text()
     assert "[x86-64-v2] schedule: hand * / #define EVIL 1 / *" in header     # sanitized
     assert "[x86-64-v2] log: a.jsonl\\nb" in header
@@ -229,7 +213,7 @@ def test_per_level_schedules_and_their_provenance_in_the_header(tmp_path):
 
 
 def _bad_export(tmp_path, **kw):
-    return lt.export_library(kw.pop("mods", [_matmul()]), tmp_path / "libbad", **kw)
+    return lt.export_library(kw.pop("mods", [built_matmul()]), tmp_path / "libbad", **kw)
 
 
 @pytest.mark.parametrize("march, match", [
@@ -246,10 +230,10 @@ def test_export_refuses_bad_march(tmp_path, march, match):
 
 def test_export_refuses_inconsistent_levels(tmp_path):
     with pytest.raises(lt.BuildError, match=r"levels \['x86-64-v2', 'x86-64-v3'\] and march="):
-        _bad_export(tmp_path, mods={"x86-64-v3": [_matmul()], "x86-64-v2": [_matmul()]},
+        _bad_export(tmp_path, mods={"x86-64-v3": [built_matmul()], "x86-64-v2": [built_matmul()]},
                     march="x86-64-v4")
     with pytest.raises(lt.BuildError, match="level x86-64-v3 holds functions"):
-        _bad_export(tmp_path, mods={"x86-64-v3": [_vadd()], "x86-64-v2": [_matmul()]})
+        _bad_export(tmp_path, mods={"x86-64-v3": [_vadd()], "x86-64-v2": [built_matmul()]})
     with pytest.raises(lt.BuildError, match="function 'vadd' has the signature .* at level "
                                             "x86-64-v2 but .* at level x86-64-v3"):
         _bad_export(tmp_path, mods={"x86-64-v3": [_vadd(n=40)], "x86-64-v2": [_vadd()]})
@@ -322,4 +306,4 @@ def test_export_names_a_compiler_without_the_level(tmp_path):
     cc.chmod(0o755)
     with pytest.raises(lt.BuildError, match=r"march x86-64-v2 is an x86-64 level, and '.*oldcc' "
                                             r"does not compile for it .*bad value for -march"):
-        lt.export_library(_matmul(), tmp_path / "libold", cc=str(cc), march="x86-64-v2")
+        lt.export_library(built_matmul(), tmp_path / "libold", cc=str(cc), march="x86-64-v2")
