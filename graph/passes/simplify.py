@@ -291,24 +291,24 @@ def _chain(b: Builder, n: Node, outer: str, inner: str):
     return None if ic is None else (ic[0], ic[1], c)
 
 
-def _mul_mul(b: Builder, n: Node) -> str | None:
-    # (x * a) * c -> x * (a*c)
-    m = _chain(b, n, "Mul", "Mul")
+def _merge_chain(b: Builder, n: Node, op: str, fn, base: str) -> str | None:
+    """op(op(x, a), c) -> op(x, fn(a, c)) for an associative ``op`` computed by ``fn``."""
+    m = _chain(b, n, op, op)
     if m is None:
         return None
     x, a, c = m
-    ac = b.add_const(_fold(np.multiply, a, c, b.type(x).dtype), base="scale")
-    return b.add("Mul", [x, ac], out=n.outputs[0])
+    ac = b.add_const(_fold(fn, a, c, b.type(x).dtype), base=base)
+    return b.add(op, [x, ac], out=n.outputs[0])
+
+
+def _mul_mul(b: Builder, n: Node) -> str | None:
+    # (x * a) * c -> x * (a*c)
+    return _merge_chain(b, n, "Mul", np.multiply, "scale")
 
 
 def _add_add(b: Builder, n: Node) -> str | None:
     # (x + a) + c -> x + (a+c)
-    m = _chain(b, n, "Add", "Add")
-    if m is None:
-        return None
-    x, a, c = m
-    ac = b.add_const(_fold(np.add, a, c, b.type(x).dtype), base="shift")
-    return b.add("Add", [x, ac], out=n.outputs[0])
+    return _merge_chain(b, n, "Add", np.add, "shift")
 
 
 def _add_mul(b: Builder, n: Node) -> str | None:
