@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from util import ALIVE, rand, run_check
+from util import ALIVE, rand, run_check, softmax
 
 import looptune as lt
 
@@ -326,13 +326,8 @@ def test_softmax_sigmoid_logsumexp_with_fast_exp(target):
     tails) and tanh (libm), vectorized. rtol 1e-5: x - max rounds in float32 before exp (an
     error of a few 1e-6 at |x - max| ~ 64, the same with either exp)."""
     n, m = 13, 61
-    X = lt.placeholder((n, m), "float32", name="X")
-    k = lt.reduce_axis(m, name="k")
-    mx = lt.compute((n,), lambda i: lt.max(X[i, k], axis=k), name="mx")
-    e = lt.compute((n, m), lambda i, j: lt.exp(X[i, j] - mx[i]), name="e")
-    k2 = lt.reduce_axis(m, name="k2")
-    sm = lt.compute((n,), lambda i: lt.sum(e[i, k2], axis=k2), name="sm")
-    out = lt.compute((n, m), lambda i, j: e[i, j] / sm[i], name="out")
+    w = softmax(N=n, M=m)                   # row max, exp(x - max), row sum, divide
+    X, e, out = w["X"], w["expx"], w["softmax"]
     sg = lt.compute((n, m), lambda i, j: lt.sigmoid(X[i, j]), name="sg")
     th = lt.compute((n, m), lambda i, j: lt.tanh(X[i, j] * 0.05), name="th")
     s = lt.create_schedule([out, sg, th])
@@ -344,5 +339,5 @@ def test_softmax_sigmoid_logsumexp_with_fast_exp(target):
     f = lt.build(s, [X, out, sg, th], target=target)
     assert ("lt_expf" in f.source) == (target == "c")
     run_check(s, [X, out, sg, th], {"X": x},
-              {"out": ex / ex.sum(axis=1, keepdims=True), "sg": 1 / (1 + np.exp(-x64)),
+              {"softmax": ex / ex.sum(axis=1, keepdims=True), "sg": 1 / (1 + np.exp(-x64)),
                "th": np.tanh(x64 * 0.05)}, rtol=1e-5, atol=1e-37, f=f)
