@@ -87,13 +87,18 @@ def test_group_prints_nodes_master_pattern_and_io():
     assert "fused_fxmatmul_add_relu" in repr(grp)
 
 
-def test_diamond_of_elementwise_ops_is_one_group(rng):
-    g = Graph("diamond")
-    x = g.input("x", (4, 6))
-    a = g.op("Exp", x, name="a")
-    b = g.op("Neg", a, name="b")
+def _diamond(name: str, branch: str) -> Graph:
+    """x -> Exp a -> (``branch`` b, Abs c) -> Add d: two paths from a that meet at d."""
+    g = Graph(name)
+    a = g.op("Exp", g.input("x", (4, 6)), name="a")
+    b = g.op(branch, a, name="b")
     c = g.op("Abs", a, name="c")
     g.output(g.op("Add", b, c, name="d"))
+    return g
+
+
+def test_diamond_of_elementwise_ops_is_one_group(rng):
+    g = _diamond("diamond", "Neg")
     groups = lt.graph.fuse(g)
     assert _names(groups) == [["a", "b", "c", "d"]]
     assert groups[0].outputs == ("d",)
@@ -101,12 +106,7 @@ def test_diamond_of_elementwise_ops_is_one_group(rng):
 
 
 def test_diamond_with_an_opaque_branch_does_not_fuse_its_top(rng):
-    g = Graph("diamond2")
-    x = g.input("x", (4, 6))
-    a = g.op("Exp", x, name="a")
-    b = g.op("FxOpaque", a, name="b")
-    c = g.op("Abs", a, name="c")
-    g.output(g.op("Add", b, c, name="d"))
+    g = _diamond("diamond2", "FxOpaque")
     groups = lt.graph.fuse(g)
     # a's post-dominator is d, but the path through the opaque b may not fuse; c joins d
     assert _names(groups) == [["a"], ["b"], ["c", "d"]]
