@@ -15,7 +15,11 @@ not arguments; other constants are) and compares the kernel with the reference.
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Sequence
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -159,3 +163,18 @@ def onnx_run(op_type: str, inputs: Sequence, opset: int = 18, n_out: int = 1,
     model.ir_version = 8
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     return sess.run(None, feed)
+
+
+def kill_9_when(cmd: list[str], ready: Callable[[], bool], timeout: float = 300) -> None:
+    """Start ``cmd`` (stdout discarded), wait until ``ready()`` (checked every 50 ms, at most
+    ``timeout`` seconds) and kill it with SIGKILL; fails with the tail of its stderr when it
+    ended before being killed."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        if ready():
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()

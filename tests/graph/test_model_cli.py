@@ -4,17 +4,15 @@ every mistake."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import models  # tests/graph/models.py: the ONNX test models
 import numpy as np
 import onnx
 import pytest
+from graph_util import kill_9_when
 from looptune.cli import main
 from onnx import TensorProto, helper
 
@@ -194,15 +192,7 @@ def test_compile_tune_killed_and_resumed_loses_nothing(residual_onnx, tmp_path):
     log, lib = tmp_path / "k.jsonl", tmp_path / "libk"
     cmd = [sys.executable, "-m", "looptune", "compile", str(residual_onnx), "--tune",
            "--trials", "12", "--log", str(log), "-o", str(lib)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and proc.poll() is None:
-        if log.exists() and len(_measures(log)) >= 4:
-            break
-        time.sleep(0.05)
-    assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    kill_9_when(cmd, lambda: log.exists() and len(_measures(log)) >= 4)
     before = _measures(log)
     assert 4 <= len(before) < 12
     done = subprocess.run(cmd + ["--resume"], capture_output=True, text=True, timeout=600,

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import looptune as lt
 import numpy as np
 import pytest
+from graph_util import kill_9_when
 from looptune.errors import GraphError, LooptuneError
 from looptune.graph.tune import ModelTask, extract_tasks, tune_tasks
 from looptune.search import MeasureOption, load_records
@@ -161,16 +159,8 @@ def test_resume_after_kill9_loses_no_record_and_measures_nothing_twice(tmp_path)
     script = tmp_path / "tune_twin.py"
     script.write_text(_SCRIPT.format(tests=str(Path(__file__).parent), trials=total,
                                      log=str(log)))
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and proc.poll() is None:
-        if sum(1 for ln in _lines(log) if ln.strip()) >= 5:
-            break
-        time.sleep(0.05)
-    assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    kill_9_when([sys.executable, str(script)],
+                lambda: sum(1 for ln in _lines(log) if ln.strip()) >= 5)
     whole = _parsed(log)
     assert 5 <= len(whole) < total
     subprocess.run([sys.executable, str(script)], check=True, timeout=600,
