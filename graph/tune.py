@@ -231,14 +231,17 @@ class _Session:
     def seed(self, n: int, callbacks: list, seed: int = 0) -> list[MeasureResult]:
         """Measure up to ``n`` configs of :func:`fallback_neighbourhood` not measured yet (as
         the tuner's own loop does: one measurement per distinct program, each logged by
-        ``callbacks``), and let the tuner learn from them; their results."""
+        ``callbacks``), and let the tuner learn from them; their results. The task's rounds
+        are seeded so until the tuner holds as many correct measurements as its cost model
+        needs to start (the gbt tuner's ``n_init``; else one round), or the neighbourhood
+        is spent."""
         tuner = self.tuner
         space = tuner.space
         batch = [space.get(i) for i in fallback_neighbourhood(space, n + len(tuner.visited),
                                                                 seed)
                  if i not in tuner.visited][:n]
-        self.seeded = True
         if not batch:
+            self.seeded = True
             return []
         results, new = [], []
         for res, fresh in tuner.programs.measure(self.measurer(), batch, tuner):
@@ -249,6 +252,8 @@ class _Session:
                     cb(tuner, res)
             results.append(res)
         tuner.update(batch, results)
+        ok = sum(1 for r in tuner.history if r.ok)
+        self.seeded = ok >= getattr(tuner, "n_init", 0) or len(batch) < n
         return new
 
     def run(self, n: int, callbacks: list) -> list[MeasureResult]:

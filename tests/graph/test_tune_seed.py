@@ -1,7 +1,8 @@
 """A task's first round in ``lt.graph.tune``: the fallback (config 0, what compile builds
 without a log) and configs one knob away from it, measured and learnt from, so that a tuned
 model is never worse than the untuned one as measured and the search starts from plausible
-configs; resumed logs are not measured again."""
+configs; the seeded rounds go on until the cost model has the measurements it starts from
+(the gbt tuner's n_init); resumed logs are not measured again."""
 from __future__ import annotations
 
 import looptune as lt
@@ -61,7 +62,7 @@ def test_each_task_starts_with_the_fallback_and_its_neighbours(tmp_path):
     assert tuned and {k.schedule for k in tuned} == {"log"}
 
 
-def test_a_resumed_task_is_not_seeded_again(tmp_path):
+def test_a_resumed_task_continues_the_neighbourhood(tmp_path):
     task = _matmul_task()
     log = tmp_path / "mm.jsonl"
     first = tune_tasks([ModelTask(task, 1, ("mm",))], trials=2, log_file=log,
@@ -75,3 +76,14 @@ def test_a_resumed_task_is_not_seeded_again(tmp_path):
     # the second run measured the next neighbours: the seed round continues where it stopped
     assert idx[2:] == [i for i in fallback_neighbourhood(task.config_space, 4) if i not in
                        idx[:2]][:2]
+
+
+def test_rounds_are_seeded_until_the_cost_model_can_start(tmp_path):
+    task = _matmul_task()
+    n_init = 12                                    # the gbt tuner's default
+    s = tune_tasks([ModelTask(task, 1, ("mm",))], trials=n_init, log_file=tmp_path / "m.jsonl",
+                   measure_option=FAST, round_trials=4)
+    recs = [r for r in load_records(tmp_path / "m.jsonl") if r.kind == "measure"]
+    assert s.rounds >= 3 and len(recs) == n_init           # a duplicate program is no trial
+    near = set(fallback_neighbourhood(task.config_space, 10_000))
+    assert all(r.index in near for r in recs)       # no random config among them
