@@ -3,10 +3,11 @@
     python benchmarks/models.py [--models cnn,resnet_stage,mlp,transformer] \
         [--trials N | --seconds S] [--log-dir build/model_logs] [--rounds 7] [--threads 2]
 
-The four models of issue 18, built with onnx.helper (tests/graph/models.py's builders, at
+The four models of issue 18, built with onnx.helper (looptune.graph.zoo's builders, at
 benchmark sizes; batch 1 unless said):
 
-- ``cnn``: the small CNN, (Conv-BN-Relu-MaxPool) x 3 on 3x32x32, GlobalAveragePool, Gemm,
+- ``cnn``: the small CNN, (Conv-BN-Relu-MaxPool) x 3 (32, 64, 128 channels) on a batch of 8
+  3x32x32 images, GlobalAveragePool, Gemm,
   Softmax;
 - ``resnet_stage``: a ResNet-18 stage block, Conv-BN-Relu, Conv-BN, the residual Add, Relu on
   64x56x56;
@@ -39,11 +40,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests" / "graph"))
-
-import models as test_models  # noqa: E402  (tests/graph/models.py)
 import models_torch  # benchmarks/models_torch.py: the torch rows (torch optional)
+
+from looptune.graph import zoo as test_models
 
 
 def mlp(batch: int = 64, d: int = 1024, hidden: int = 4096) -> onnx.ModelProto:
@@ -68,7 +67,7 @@ def mlp(batch: int = 64, d: int = 1024, hidden: int = 4096) -> onnx.ModelProto:
 
 
 MODELS = {
-    "cnn": lambda: test_models.cnn(batch=1, size=32),
+    "cnn": lambda: test_models.cnn(batch=8, size=32, channels=(32, 64, 128)),
     "resnet_stage": lambda: test_models.residual(batch=1, channels=64, size=56),
     "mlp": mlp,
     "transformer": lambda: test_models.transformer(batch=1, seq=128, d=256, heads=4, ffn=1024),
