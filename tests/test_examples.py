@@ -39,6 +39,7 @@ def _run(op, args, s, tensors):
 
 
 @pytest.mark.parametrize("op", OPS, ids=lambda op: op.name)
+@pytest.mark.slow
 def test_hand_schedule_template_fallback_and_sampled_configs(op):
     args = SMALL[op.name]
     _run(op, args, *op.hand_schedule(*args))
@@ -53,6 +54,7 @@ def test_hand_schedule_template_fallback_and_sampled_configs(op):
 
 
 @pytest.mark.parametrize("op", OPS, ids=lambda op: op.name)
+@pytest.mark.slow
 def test_auto_schedule_space_is_exact(op):
     """lt.search.auto_task's generated space for the operator's algorithm: the fallback and
     sampled configs give valid schedules that match numpy."""
@@ -87,6 +89,7 @@ def test_matmul_blocking_fits_the_registers(target):
 @pytest.mark.parametrize("blk", [{"mr": 8, "nr": 32, "kc": 16, "mc": 16, "nc": 32},
                                  {"mr": 6, "nr": 16, "kc": 70, "mc": 12, "nc": 48},
                                  {"mr": 3, "nr": 8, "kc": 7, "mc": 9, "nc": 8}])
+@pytest.mark.slow
 def test_matmul_k_blocked_packed_schedule_is_exact(sizes, blk):
     """K blocks (kc not dividing K), packed panels zero-padded on every side, tiles with
     tails: C matches numpy (C's outputs start as NaN)."""
@@ -100,6 +103,7 @@ def test_matmul_k_blocked_packed_schedule_is_exact(sizes, blk):
     np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_matmul_hand_schedule_for_avx2_is_exact():
     mm = _example("matmul")
     s, tensors = mm.hand_schedule(13, 45, 7, target="c -march=haswell")

@@ -343,6 +343,7 @@ _GC_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_parallel_module_can_be_garbage_collected():
     """Dropping a module that ran an OpenMP loop must not crash the process later."""
     proc = subprocess.run([sys.executable, "-c", _GC_SCRIPT], capture_output=True, text=True,

@@ -55,6 +55,7 @@ def _vec_par(s, T):
 
 @pytest.mark.parametrize("scheduled", [False, True], ids=["default", "vec_par"])
 @pytest.mark.parametrize("fname", UNARY)
+@pytest.mark.slow
 def test_unary_math(fname, scheduled):
     fn, ref, gen = UNARY[fname]
     X = lt.placeholder((N, M), "float32", name="X")

@@ -31,6 +31,7 @@ int main(void) {
 
 
 @pytest.mark.parametrize("link", ["shared", "static"])
+@pytest.mark.slow
 def test_c_program_links_exported_library(tmp_path, link):
     paths = lt.export_library([built_axpy(), built_matmul()], tmp_path / "libops")
     assert {p.name for p in paths.values()} == {"libops.so", "libops.a", "libops.h", "libops.c"}

@@ -142,6 +142,7 @@ def objdump():
         pytest.skip("objdump (binutils) is not installed")
 
 
+@pytest.mark.slow
 def test_x86_64_v2_export_holds_no_avx_instruction(tmp_path, objdump):
     paths = lt.export_library([_vadd(), built_matmul()], tmp_path / "libv2", march="x86-64-v2")
     for p in (paths["so"], paths["a"]):
@@ -163,6 +164,7 @@ def test_default_export_states_native_and_its_risk(tmp_path):
 
 
 @pytest.mark.parametrize("link", ["shared", "static"])
+@pytest.mark.slow
 def test_multi_target_library_dispatches_on_the_cpu(tmp_path, link, objdump):
     levels = ["x86-64-v2", "x86-64-v3", "x86-64-v4"]
     paths = lt.export_library([_vadd(), built_matmul()], tmp_path / "libmt", march=levels)
@@ -186,6 +188,7 @@ def test_multi_target_library_dispatches_on_the_cpu(tmp_path, link, objdump):
         assert _avx_instructions(paths["so"], "mm__lt_x86_64_v4")
 
 
+@pytest.mark.slow
 def test_per_level_schedules_and_their_provenance_in_the_header(tmp_path):
     f2, f3 = _vadd(factor=4), _vadd(factor=16)
     f2.provenance = {"schedule": "hand */ #define EVIL 1 /*", "log": "a.jsonl\nb"}
@@ -272,6 +275,7 @@ def _log_for_level(path: Path, level: str, index: int) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_cli_export_multi_target_tuned_per_level(tmp_path, capsys):
     log = _log_for_level(tmp_path / "v3.jsonl", "x86-64-v3", 5)
     out = tmp_path / "libmm"

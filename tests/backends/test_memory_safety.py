@@ -179,6 +179,7 @@ def test_without_bounds_check_no_check_is_generated():
                                            ("address,undefined", "AddressSanitizer"),
                                            ("thread", "ThreadSanitizer"),
                                            ("leak", "LeakSanitizer")])
+@pytest.mark.slow
 def test_sanitize_without_its_runtime_is_a_build_error(kind, runtime):
     proc = _run_python(f"""
         import looptune as lt

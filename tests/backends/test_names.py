@@ -305,12 +305,14 @@ def _check_names(seed: int, tmp_path, opencl: str | None) -> None:
 
 
 @pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.slow
 def test_random_names_build_export_and_compute(seed, tmp_path):
     _check_names(seed, tmp_path, None)
 
 
 @pytest.mark.opencl
 @pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.slow
 def test_random_names_opencl_build_export_and_compute(seed, tmp_path, opencl):
     _check_names(seed, tmp_path, opencl)
 

@@ -395,6 +395,7 @@ def _mixed_library(target, tmp_path):
     return paths, exe
 
 
+@pytest.mark.slow
 def test_exported_library_runs_opencl_functions_from_c(target, tmp_path):
     paths, exe = _mixed_library(target, tmp_path)
     header = paths["h"].read_text()
@@ -421,6 +422,7 @@ def _check_mixed_output(stdout: str) -> None:
     np.testing.assert_allclose(rows["softmax_c"].reshape(37, 53), ref, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_exported_library_finds_pyopencls_platform_through_ocl_icd_vendors(target, tmp_path):
     """Only the wheel's .icd directory in the ICD search (a system PoCL, e.g. Debian's, out of
     it): its driver, named there without a directory, is found beside the .icd file."""

@@ -31,6 +31,7 @@ def _trials(path) -> list[dict]:
     return [r for r in recs if r["kind"] == "measure"]
 
 
+@pytest.mark.slow
 def test_tune_writes_a_log_and_summary(tuned_log, capsys):
     recs = [json.loads(line) for line in tuned_log.read_text().splitlines()]
     trials = _trials(tuned_log)
@@ -42,6 +43,7 @@ def test_tune_writes_a_log_and_summary(tuned_log, capsys):
     assert len(again) == 9 and len({r["config"]["index"] for r in again}) == 3
 
 
+@pytest.mark.slow
 def test_tune_resume_continues_the_count(tuned_log, capsys):
     rc = main(["tune", MATMUL, "--args", SMALL, "--tuner", "random", "--trials", "6",
                "--log", str(tuned_log), "--resume", "--number", "1", "--repeat", "2"])
@@ -67,6 +69,7 @@ def test_show_lowered_source_and_steps(tuned_log, capsys):
     assert "tuned config #" in out and "\ns[C]." in out        # one recorded step a line
 
 
+@pytest.mark.slow
 def test_bench_prints_hand_and_tuned_rows(tuned_log, capsys):
     assert main(["bench", MATMUL, "--args", SMALL, "--log", str(tuned_log),
                  "--repeat", "3"]) == 0
@@ -82,6 +85,7 @@ def test_bench_prints_hand_and_tuned_rows(tuned_log, capsys):
     assert "medians of 3 interleaved rounds" in lines[4]
 
 
+@pytest.mark.slow
 def test_export_builds_a_library(tmp_path, capsys):
     out = tmp_path / "libops"
     assert main(["export", MATMUL, SOFTMAX, "-o", str(out)]) == 0
@@ -92,6 +96,7 @@ def test_export_builds_a_library(tmp_path, capsys):
 
 
 @pytest.mark.opencl
+@pytest.mark.slow
 def test_export_an_opencl_tuned_operator_runs_from_the_library(opencl, tmp_path, capsys,
                                                                monkeypatch):
     """tune --auto --target opencl, then export --target opencl: the library's function runs
@@ -126,6 +131,7 @@ def test_export_an_opencl_tuned_operator_runs_from_the_library(opencl, tmp_path,
     np.testing.assert_allclose(y, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_report_prints_top_configs_and_writes_png(tuned_log, tmp_path, capsys):
     png = tmp_path / "curve.png"
     assert main(["report", str(tuned_log), "-o", str(png), "--top", "2"]) == 0
@@ -150,6 +156,7 @@ def test_user_errors_are_one_line(argv, message, capsys):
     assert message in err and "\n" not in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_tune_gbt_transfers_from_another_size(tuned_log, tmp_path, capsys):
     log = tmp_path / "mm40.jsonl"
     assert main(["tune", MATMUL, "--args", "40,48,32", "--tuner", "gbt", "--trials", "4",
@@ -208,6 +215,7 @@ def test_looptune_errors_are_one_line_with_exit_2(argv, env, message, tmp_path, 
     assert len(err) == 1 and message in err[0], err
 
 
+@pytest.mark.slow
 def test_python_dash_m_runs_the_command():
     out = subprocess.run([sys.executable, "-m", "looptune", "--help"], capture_output=True,
                          text=True, check=True).stdout
@@ -215,6 +223,7 @@ def test_python_dash_m_runs_the_command():
         assert cmd in out
 
 
+@pytest.mark.slow
 def test_tune_auto_then_show_and_bench_use_the_auto_log(tmp_path, capsys):
     """--auto tunes a space generated from the algorithm (no template); show and bench
     (and export, through the same lookup) then take the log's auto-scheduled best."""

@@ -67,6 +67,7 @@ def warnings(caplog):
 
 # ---- records are applied only when they fit the template's knobs ------------------------------
 
+@pytest.mark.slow
 def test_show_bench_export_skip_a_record_whose_knobs_changed(task, tmp_path, capsys, warnings):
     log = _write(tmp_path / "l.jsonl", [_rec(task, 5, [1e-6], panel=999),   # the "fastest"
                                         _rec(task, 7, [1e-3])])
@@ -192,6 +193,7 @@ FLAKY = '''
 '''
 
 
+@pytest.mark.slow
 def test_transfer_skips_records_whose_template_raises(tmp_path, capsys, warnings):
     path = tmp_path / "flaky.py"
     path.write_text(textwrap.dedent(FLAKY))
@@ -251,6 +253,7 @@ def test_flag_mistakes_are_one_line(argv, message, capsys):
     assert message in err and "\n" not in err and "--help" in err
 
 
+@pytest.mark.slow
 def test_seconds_alone_is_a_time_budget(tmp_path, capsys):
     log = tmp_path / "t.jsonl"
     t0 = time.monotonic()

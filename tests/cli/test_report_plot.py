@@ -137,6 +137,7 @@ def test_baselines_are_horizontal_lines_that_say_where_they_come_from(task):
     matplotlib.pyplot.close(fig)
 
 
+@pytest.mark.slow
 def test_report_times_the_hand_schedule_and_numpy_of_the_bundled_example(tmp_path, task,
                                                                          captured, capsys):
     ga, _ = _two_logs(tmp_path, task)

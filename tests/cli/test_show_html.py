@@ -112,6 +112,7 @@ def test_buffer_sizes_and_the_line_cap(monkeypatch):
     assert "more lines not shown" in capped and MAX_LINES > 1
 
 
+@pytest.mark.slow
 def test_show_html_differs_only_in_form_from_the_text_nest(tmp_path, capsys):
     out = tmp_path / "nest.html"
     assert main(["show", MATMUL, "--args", "67,45,33", "--html", str(out)]) == 0
@@ -160,6 +161,7 @@ def _browser(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
 
 
+@pytest.mark.slow
 def test_a_real_browser_shows_the_loop_names_and_colours(tmp_path):
     chromium = _chromium()
     page = tmp_path / "nest.html"
@@ -186,6 +188,7 @@ def test_a_real_browser_shows_the_loop_names_and_colours(tmp_path):
         assert (np.abs(pixels.astype(int) - rgb).max(axis=1) <= 2).sum() > 200, kind
 
 
+@pytest.mark.slow
 def test_a_real_browser_runs_no_script_from_a_hostile_name(tmp_path):
     s, args = _hostile_func()
     page = tmp_path / "hostile.html"

@@ -39,6 +39,7 @@ def _check(model, g, rng, rtol=1e-5):
     return xs
 
 
+@pytest.mark.slow
 def test_conv_bias_relu_pool_compiles_to_two_kernels_and_matches(rng):
     g = _cnn()
     model = lt.graph.compile(g, optimize=False)
@@ -52,6 +53,7 @@ def test_conv_bias_relu_pool_compiles_to_two_kernels_and_matches(rng):
     _check(model, g, rng)
 
 
+@pytest.mark.slow
 def test_conv_epilogue_runs_in_the_conv_tile_loops():
     model = lt.graph.compile(_cnn(c_in=16, c_out=32, hw=30), optimize=False)   # on threads
     kern = model.kernels[0]
@@ -87,6 +89,7 @@ def test_inputs_by_position_name_or_dict_and_checked(rng):
         model(x, x)
 
 
+@pytest.mark.slow
 def test_identical_groups_share_one_task_and_kernel(rng):
     g = Graph("twins")
     x = g.input("x", (1, 4, 6, 6))
@@ -104,6 +107,7 @@ def test_identical_groups_share_one_task_and_kernel(rng):
     _check(model, g, rng)
 
 
+@pytest.mark.slow
 def test_best_logged_config_schedules_its_task(tmp_path, rng):
     g = _cnn(hw=5)
     plain = lt.graph.compile(g, optimize=False)
@@ -144,6 +148,7 @@ def test_default_schedule_when_the_sketch_fails(monkeypatch, rng):
 
 
 @pytest.mark.parametrize("shape", [(3, 17), (5,), (2, 3)])
+@pytest.mark.slow
 def test_default_schedule_of_a_reduction_dag_is_exact(shape, rng):
     A = lt.placeholder(shape, "float32", name="A")
     B = lt.compute(shape, lambda *i: lt.exp(A[i]), name="B")
@@ -157,6 +162,7 @@ def test_default_schedule_of_a_reduction_dag_is_exact(shape, rng):
     np.testing.assert_allclose(c, np.exp(a).sum(-1), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_group_without_compute_runs_its_numpy_reference(rng):
     with fusion_ops.installed():
         g = Graph("host")

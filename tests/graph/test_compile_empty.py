@@ -36,6 +36,7 @@ def test_an_empty_slice_output_is_an_empty_array_and_no_kernel(rng):
     _same(model, g, [xin])
 
 
+@pytest.mark.slow
 def test_split_with_an_empty_piece_and_its_concat_compile_to_kernels(rng, caplog):
     g = Graph("rotary_like")
     x = g.input("x", (2, 3, 9))
@@ -57,6 +58,7 @@ def test_split_with_an_empty_piece_and_its_concat_compile_to_kernels(rng, caplog
 
 
 @pytest.mark.parametrize("sizes", [(0, 4, 3), (4, 0, 3), (3, 4, 0)])
+@pytest.mark.slow
 def test_split_into_slices_keeps_each_non_empty_piece(sizes, rng):
     g = Graph("pieces")
     x = g.input("x", (5, 7))

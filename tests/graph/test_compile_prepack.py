@@ -44,6 +44,7 @@ def test_gemm_with_a_constant_b_read_transposed_gets_it_transposed(rng):
     _agree(model, g, rng)
 
 
+@pytest.mark.slow
 def test_a_weight_read_elsewhere_is_kept_and_trans_a_is_packed_too(rng):
     g = _linear(rng, shared=True, trans_a=True)
     p = prepack_weights(g)

@@ -12,6 +12,7 @@ import fusion_ops
 from test_compile import _cnn
 
 
+@pytest.mark.slow
 def test_profile_times_every_step_and_whole_calls(rng):
     g = _cnn(hw=9)
     model = lt.graph.compile(g, optimize=False)

@@ -32,6 +32,7 @@ def _agrees(model, g, rng):
 
 
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="-march=x86-64 names an x86 ISA")
+@pytest.mark.slow
 def test_the_layout_block_is_the_lanes_of_the_target_compiled_for(rng):
     g = _convs()
     sse = lt.graph.compile(g, target="c -march=x86-64")        # SSE2: 4 float lanes
@@ -42,6 +43,7 @@ def test_the_layout_block_is_the_lanes_of_the_target_compiled_for(rng):
     assert _layouts(lt.graph.compile(g)) == {f"NCHW{min(native, 8)}c", "NCHW"}
 
 
+@pytest.mark.slow
 def test_compile_passes_its_target_to_the_pipeline(monkeypatch, rng):
     import looptune.graph as pkg
     seen = []

@@ -3,6 +3,8 @@ small to pay for an OpenMP parallel region on one thread (a small CNN: no kernel
 threads), a large one on the machine's threads; the outputs match the reference either way."""
 from __future__ import annotations
 
+import pytest
+
 import looptune as lt
 import numpy as np
 from looptune.graph import Graph
@@ -19,6 +21,7 @@ def _threads(model) -> list[bool]:
     return [k.module.code.uses_parallel for k in model.kernels]
 
 
+@pytest.mark.slow
 def test_a_small_cnn_runs_every_kernel_on_one_thread(rng):
     g = Graph("small")
     x = g.input("x", (1, 3, 17, 17))
@@ -31,6 +34,7 @@ def test_a_small_cnn_runs_every_kernel_on_one_thread(rng):
     _check(model, g, rng)
 
 
+@pytest.mark.slow
 def test_a_large_matmul_runs_on_threads(rng):
     g = Graph("large")
     x = g.input("x", (129, 257))

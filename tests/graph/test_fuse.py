@@ -281,6 +281,7 @@ def test_random_graphs_partition_every_node_once_in_execution_order(seed):
 
 
 @pytest.mark.parametrize("seed", range(3))
+@pytest.mark.slow
 def test_random_graphs_fused_run_equals_reference(seed):
     rng = np.random.default_rng(100 + seed)
     _check_numerics(fusion_ops.random_graph(rng, 8), rng)

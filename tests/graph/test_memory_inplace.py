@@ -41,6 +41,7 @@ def _signature(kernel) -> list[str]:
     return [p.strip() for p in sig.split(",")]
 
 
+@pytest.mark.slow
 def test_in_place_kernels_have_no_restrict_on_the_shared_pair(rng):
     g = _chain()
     model = lt.graph.compile(g, optimize=False)

@@ -40,6 +40,7 @@ def _one_line_error(capsys, command: str, *argv) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 def test_compile_writes_the_library_and_the_memory_report(residual_onnx, tmp_path, capsys):
     rc, out, err = _run(capsys, "compile", residual_onnx, "-o", tmp_path / "build" / "libres",
                         "--memory")

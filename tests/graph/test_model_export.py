@@ -100,6 +100,7 @@ def transformer_model():
     return g, lt.graph.compile(g)
 
 
+@pytest.mark.slow
 def test_a_c_program_links_the_static_cnn_library_and_matches_the_reference(cnn_model,
                                                                            tmp_path):
     g, model = cnn_model
@@ -114,6 +115,7 @@ def test_a_c_program_links_the_static_cnn_library_and_matches_the_reference(cnn_
         _check(_run_program(exe, model, xs, tmp_path), g.run_reference(xs))
 
 
+@pytest.mark.slow
 def test_a_c_program_links_the_shared_transformer_library_and_matches_the_reference(
         transformer_model, tmp_path):
     g, model = transformer_model
@@ -133,6 +135,7 @@ def _ctypes_run(paths, prefix, model, xs) -> list[np.ndarray]:
     return outs
 
 
+@pytest.mark.slow
 def test_weights_inline_or_as_an_embedded_blob_give_the_same_results(cnn_model, tmp_path):
     g, model = cnn_model
     xs = inputs_for(g, 5)
@@ -150,6 +153,7 @@ def test_weights_inline_or_as_an_embedded_blob_give_the_same_results(cnn_model, 
         np.testing.assert_allclose(x, m, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.slow
 def test_concurrent_calls_are_serialized_and_correct(transformer_model, tmp_path):
     g, model = transformer_model
     paths = export_model(model, tmp_path / "libmt")
@@ -224,6 +228,7 @@ def test_user_names_are_made_safe_in_c(tmp_path):
     _check(_ctypes_run(paths, "weird", model, xs), g.run_reference(xs))
 
 
+@pytest.mark.slow
 def test_prefix_from_the_file_name_or_given(cnn_model, tmp_path):
     _, model = cnn_model
     paths = export_model(model, tmp_path / "mymodel", prefix="net")

@@ -110,6 +110,7 @@ def test_prepare_checks_against_the_reference(tmp_path):
         models_torch.prepare(spec, inputs)
 
 
+@pytest.mark.slow
 def test_prepare_reports_a_failed_compile(tmp_path):
     proto = SMALL["mlp"]()
     inputs = models.random_inputs(proto)

@@ -45,6 +45,7 @@ def test_the_suite_claims_cases():
 
 
 @pytest.mark.parametrize("case", RUN, ids=_names(RUN))
+@pytest.mark.slow
 def test_reference_run(case):
     conf.run_case(case, "reference")
 
@@ -68,6 +69,7 @@ def _compile_cases(names=None):
 
 @pytest.mark.parametrize("case", _compile_cases(FAST_COMPILE),
                          ids=_names(_compile_cases(FAST_COMPILE)))
+@pytest.mark.slow
 def test_compiled_run_subset(case):
     conf.run_case(case, "compile")
 
@@ -163,6 +165,7 @@ def test_counts_report_lists_each_op():
     assert neg[1] == neg[2] == str(counts["Neg"].claimed) and neg[3:] == ["0", "0"]
 
 
+@pytest.mark.slow
 def test_onnx_runner_accepts_the_backend():
     """ONNX's own BackendTest runner drives the backend (a few cases)."""
     import unittest

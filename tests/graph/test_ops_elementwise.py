@@ -89,6 +89,7 @@ def test_clip_attributes_and_pattern(rng):
     assert get_op("Clip").pattern_of(call_of(g2, g2.nodes[-1])) is OpPattern.ELEMWISE
 
 
+@pytest.mark.slow
 def test_prelu_pow_and_variadic(rng):
     x, y, z = rand(rng, (3, 5)), rand(rng, (5,)), rand(rng, (1, 5))
     check_op("PRelu", [x, y], expect=[np.where(x < 0, x * y, x)])

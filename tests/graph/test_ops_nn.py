@@ -49,6 +49,7 @@ CONV_CASES = [
 
 @pytest.mark.parametrize("xs, ws, attrs", CONV_CASES)
 @pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.slow
 def test_conv(rng, xs, ws, attrs, bias):
     x, w = rand(rng, xs), rand(rng, ws)
     b = rand(rng, (ws[0],)) if bias else None
@@ -88,6 +89,7 @@ def test_gemm(rng, ta, tb, c_shape, alpha, beta):
     ((3, 7), (7, 5), "float32"), ((2, 1, 3, 4), (5, 4, 6), "float32"),
     ((4,), (2, 4, 3), "float32"), ((2, 3, 4), (4,), "float64"), ((6,), (6,), "float32"),
     ((2, 3, 5), (2, 5, 2), "int32"), ((3, 33), (33, 4), "float16")])
+@pytest.mark.slow
 def test_matmul(rng, sa, sb, dtype):
     lo, hi = (-8, 8) if dtype == "int32" else (-1, 1)
     a, b = rand(rng, sa, dtype, lo, hi), rand(rng, sb, dtype, lo, hi)
@@ -125,6 +127,7 @@ def test_layernorm(rng, shape, axis, bias, outputs):
 
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
 @pytest.mark.parametrize("shape, axis", [((3, 7), -1), ((2, 3, 5), 1), ((4, 3), 0)])
+@pytest.mark.slow
 def test_softmax(rng, op, shape, axis):
     x = rand(rng, shape, lo=-4, hi=4)
     e = np.exp(x - x.max(axis=axis, keepdims=True))

@@ -38,6 +38,7 @@ def pool_np(x, kernel, strides, pads, kind, count_include_pad=0):
     ((1, 2, 5, 6), [1, 1], [2, 3], [0, 0, 0, 0]),                   # no reduction left
 ])
 @pytest.mark.parametrize("op, cip", [("MaxPool", 0), ("AveragePool", 0), ("AveragePool", 1)])
+@pytest.mark.slow
 def test_pool(rng, xs, kernel, strides, pads, op, cip):
     x = rand(rng, xs)
     kind = "max" if op == "MaxPool" else "avg"
@@ -60,6 +61,7 @@ WINDOWS = [
 
 
 @pytest.mark.parametrize("attrs", WINDOWS)
+@pytest.mark.slow
 def test_pool_windows_agree_with_onnxruntime(rng, attrs):
     """ceil_mode (windows reaching past the end pad), auto_pad and dilations: the compiled
     kernels against the reference, and the reference against ONNX Runtime."""

@@ -26,6 +26,7 @@ AXES = [([1, -1], 1), ([0, 2], 0), (None, 0)]
 
 @pytest.mark.parametrize("op", sorted(REDUCERS))
 @pytest.mark.parametrize("axes, keep", AXES)
+@pytest.mark.slow
 def test_reduce(rng, op, axes, keep):
     x = rand(rng, (3, 4, 5, 2), lo=0.2, hi=1.3)
     want = REDUCERS[op](x.astype(np.float64), None if axes is None else tuple(axes), bool(keep))

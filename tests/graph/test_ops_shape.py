@@ -21,6 +21,7 @@ def test_transpose(rng, perm):
 @pytest.mark.parametrize("shape, want", [
     ([12, 10], (12, 10)), ([0, -1, 2], (3, 20, 2)), ([3, 2, 2, 5, 2, 1], (3, 2, 2, 5, 2, 1)),
     ([-1], (120,)), ([1, 120], (1, 120)), ([4, 30], (4, 30)), ([6, 20, 1], (6, 20, 1))])
+@pytest.mark.slow
 def test_reshape(rng, shape, want):
     x = rand(rng, (3, 4, 5, 2))
     check_op("Reshape", [x, np.array(shape, I64)], consts=(1,), expect=[x.reshape(want)])

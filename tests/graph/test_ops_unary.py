@@ -43,6 +43,7 @@ UNARY = {
 
 
 @pytest.mark.parametrize("name", sorted(UNARY))
+@pytest.mark.slow
 def test_unary(rng, name):
     op = name.split("-")[0]
     fn, attrs = UNARY[name]

@@ -212,6 +212,7 @@ def test_a_bad_block_is_refused(block):
 
 
 @needs("Conv")
+@pytest.mark.slow
 def test_a_blocked_graph_compiles_and_matches_the_reference():
     g = Graph("compiled")
     x = g.input("x", (1, 5, 7, 6))

@@ -77,6 +77,7 @@ def test_tune_spends_the_budget_in_one_log_then_compile_uses_it(twin_graph, tmp_
     assert "trial budget of 8 reached" in again.stopped
 
 
+@pytest.mark.slow
 def test_a_time_budget_stops_after_the_round_in_flight(twin_graph, tmp_path):
     s = lt.graph.tune(twin_graph, seconds=0.01, log_file=tmp_path / "t.jsonl",
                       measure_option=FAST, round_trials=2)
@@ -84,6 +85,7 @@ def test_a_time_budget_stops_after_the_round_in_flight(twin_graph, tmp_path):
     assert "time budget of 0.01 s reached" in s.stopped
 
 
+@pytest.mark.slow
 def test_an_exhausted_space_ends_the_run_before_the_budget(tmp_path):
     A = lt.placeholder((3, 1), name="A")
     B = lt.compute((3, 1), lambda i, j: A[i, j] * 2.0, name="B")    # a space of 1 config

@@ -5,6 +5,8 @@ configs; the seeded rounds go on until the cost model has the measurements it st
 (the gbt tuner's n_init); resumed logs are not measured again."""
 from __future__ import annotations
 
+import pytest
+
 import looptune as lt
 from looptune.graph.tune import ModelTask, extract_tasks, fallback_neighbourhood, tune_tasks
 from looptune.search import MeasureOption, load_records
@@ -38,6 +40,7 @@ def test_the_neighbourhood_is_config_0_then_one_knob_at_a_time():
     assert fallback_neighbourhood(space, 5, seed=3) == fallback_neighbourhood(space, 5, seed=3)
 
 
+@pytest.mark.slow
 def test_each_task_starts_with_the_fallback_and_its_neighbours(tmp_path):
     g = twin()
     tasks = {mt.task.key: mt.task for mt in extract_tasks(g)}

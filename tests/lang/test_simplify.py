@@ -29,6 +29,7 @@ def _exprs(seed: int, n: int, depth: int = 4):
 
 
 @pytest.mark.parametrize("seed", range(4))
+@pytest.mark.slow
 def test_random_expressions_keep_their_value_with_ranges(seed):
     for e in _exprs(seed, 120):
         s = simplify(e, RANGES)
@@ -37,6 +38,7 @@ def test_random_expressions_keep_their_value_with_ranges(seed):
 
 
 @pytest.mark.parametrize("seed", range(4, 7))
+@pytest.mark.slow
 def test_random_expressions_keep_their_value_without_ranges(seed):
     for e in _exprs(seed, 120):
         s = simplify(e)
@@ -52,6 +54,7 @@ def test_simplify_is_idempotent_in_value(seed):
 
 
 @pytest.mark.parametrize("seed", range(9, 12))
+@pytest.mark.slow
 def test_const_bound_is_sound(seed):
     for e in _exprs(seed, 120):
         vals = _values(e)
@@ -73,6 +76,7 @@ def test_substituted_constants_fold_to_the_value(seed):
                 f"{e} at {p}: folded to {folded}, expected {eval_int(e, p)}"
 
 
+@pytest.mark.slow
 def test_comparisons_and_selects_keep_their_value():
     rng = np.random.default_rng(99)
     for _ in range(150):

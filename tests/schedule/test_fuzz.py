@@ -180,6 +180,7 @@ def _fail(case: Case, what: str) -> None:
     pytest.fail(f"{what}\n\n{case.describe()}", pytrace=False)
 
 
+@pytest.mark.slow
 def test_sanitizer_catches_oob():
     """The sanitized path really detects errors: a deliberately out-of-bounds C function,
     built with looptune's sanitizer flags and called from a runner with the runtimes
@@ -193,6 +194,7 @@ def test_sanitizer_catches_oob():
 
 
 @pytest.mark.parametrize("index", PLAIN, ids=lambda i: f"seed{BASE + i}")
+@pytest.mark.slow
 def test_fuzz_case(index):
     case = generate(BASE + index)
     STATS.count(case)
@@ -230,6 +232,7 @@ def test_fuzz_case_sanitized(index, sanitizer_batch):
                     f"{err}")
 
 
+@pytest.mark.slow
 def test_dropping_a_parallel_module_does_not_crash():
     """Found by this fuzzer (fixed in backends/build.py, libraries stay loaded): a dropped
     Module of a kernel with a parallel loop used to dlclose its .so, unloading libgomp under

@@ -103,6 +103,7 @@ class _LetsPerBlock(StmtVisitor):
 
 
 @pytest.mark.parametrize("seed", sorted(FINDINGS))
+@pytest.mark.slow
 def test_fuzz_finding_is_fixed(seed):
     op_name, params, steps_json, _ = FINDINGS[seed]
     op, s = replay_case(op_name, params, steps_json)

@@ -19,6 +19,7 @@ def _vector(n, combiner):
 
 @pytest.mark.parametrize("combiner", COMBINERS)
 @pytest.mark.parametrize("n, factor", [(1001, 8), (37, 16), (5, 8)])
+@pytest.mark.slow
 def test_rfactor_1d_vectorized(combiner, n, factor):
     X, S = _vector(n, combiner)
     s = lt.create_schedule(S)

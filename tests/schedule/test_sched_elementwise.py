@@ -94,6 +94,7 @@ INDEX = {
 
 
 @pytest.mark.parametrize("name", INDEX)
+@pytest.mark.slow
 def test_index_arithmetic(name):
     X, flat, outs = _index_ops()
     s = lt.create_schedule(outs)
@@ -178,6 +179,7 @@ CHAIN = {
 
 
 @pytest.mark.parametrize("name", CHAIN)
+@pytest.mark.slow
 def test_elementwise_chain(name):
     w = chain(N, M)
     s = w.schedule()

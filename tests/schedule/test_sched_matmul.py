@@ -119,6 +119,7 @@ MATMUL = {
 
 
 @pytest.mark.parametrize("name", MATMUL)
+@pytest.mark.slow
 def test_matmul(name):
     w = matmul(37, 53, 101)
     s = w.schedule()
@@ -218,6 +219,7 @@ SCALED = {
 
 
 @pytest.mark.parametrize("name", SCALED)
+@pytest.mark.slow
 def test_matmul_with_producer(name):
     w = matmul_scaled(37, 53, 29)
     s = w.schedule()

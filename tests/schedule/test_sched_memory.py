@@ -77,6 +77,7 @@ MEMORY = {
 
 
 @pytest.mark.parametrize("name", MEMORY)
+@pytest.mark.slow
 def test_memory_primitives_on_matmul(name):
     w = matmul(37, 53, 101)
     s = w.schedule()

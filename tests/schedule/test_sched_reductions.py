@@ -91,6 +91,7 @@ SOFTMAX = {
 
 
 @pytest.mark.parametrize("name", SOFTMAX)
+@pytest.mark.slow
 def test_softmax(name):
     w = softmax(37, 53)
     s = w.schedule()

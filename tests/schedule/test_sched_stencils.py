@@ -101,6 +101,7 @@ BLUR = {
 
 
 @pytest.mark.parametrize("name", BLUR)
+@pytest.mark.slow
 def test_blur(name):
     w = blur(37, 53)
     s = w.schedule()
@@ -175,6 +176,7 @@ CONV = {
 
 
 @pytest.mark.parametrize("name", CONV)
+@pytest.mark.slow
 def test_conv2d_pad1_stride2(name):
     w = conv2d(N=2, C=3, H=17, W=19, F=5, R=3, stride=2, pad=1)
     s = w.schedule()

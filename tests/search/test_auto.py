@@ -54,6 +54,7 @@ def test_every_config_of_a_small_space_is_exact():
         check_outputs(s, tensors, _relu_mm)
 
 
+@pytest.mark.slow
 def test_inline_knob_for_injective_intermediates_and_both_choices_exact():
     X = lt.placeholder((19, 33), "float32", name="X")
     sq = lt.compute((19, 33), lambda i, j: X[i, j] * X[i, j] + 1.0, name="sq")
@@ -75,6 +76,7 @@ def test_inline_knob_for_injective_intermediates_and_both_choices_exact():
     assert seen == {True, False}
 
 
+@pytest.mark.slow
 def test_row_statistics_computed_per_row_of_the_output():
     w = util_softmax(N=7, M=37)
     data = w.make_data(np.random.default_rng(0))
@@ -117,6 +119,7 @@ def test_digest_names_the_definition():
     assert a != dag_digest([B, A, D])                       # other argument order
 
 
+@pytest.mark.slow
 def test_auto_schedule_tunes_logs_resumes_and_reads_back(tmp_path):
     log = tmp_path / "auto.jsonl"
     A, B, D = _matmul_relu()
@@ -144,6 +147,7 @@ def test_auto_schedule_tunes_logs_resumes_and_reads_back(tmp_path):
     check_outputs(s3, [A2, B2, D2], _relu_mm)
 
 
+@pytest.mark.slow
 def test_auto_schedule_with_the_gbt_tuner_and_a_conv_with_padding(tmp_path):
     N, C, H, W, K = 1, 4, 9, 11, 6
     data = lt.placeholder((N, C, H, W), "float32", name="data")
@@ -200,6 +204,7 @@ def test_bad_options_are_named(tmp_path):
 
 
 @pytest.mark.parametrize("seed", range(12))
+@pytest.mark.slow
 def test_generated_spaces_of_the_fuzzer_operators_are_exact(seed):
     """Every fuzzer operator (int and float matmul, conv with strides, stencils, softmax,
     layernorm, pooling, transpose, elementwise chains) at drawn odd sizes: the fallback and
@@ -221,6 +226,7 @@ def test_generated_spaces_of_the_fuzzer_operators_are_exact(seed):
 
 
 @pytest.mark.opencl
+@pytest.mark.slow
 def test_opencl_target_gets_a_work_group_sketch(opencl, tmp_path):
     A, B, D = _matmul_relu()
     task = auto_task([A, B, D], target=opencl)

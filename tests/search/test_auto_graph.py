@@ -100,6 +100,7 @@ def _check_dag(tensors, n_random: int, seed: int = 0) -> None:
 
 
 @pytest.mark.parametrize("graph", _small_graphs(), ids=lambda g: g.name)
+@pytest.mark.slow
 def test_library_groups_get_a_valid_fallback(graph):
     for name, tensors in _dags(graph):
         _check_dag(tensors, n_random=0)

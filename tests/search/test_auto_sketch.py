@@ -33,6 +33,7 @@ def _mm(a, b):
 
 # ---- contractions ----------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_matmul_gets_multi_level_tiles_sized_by_the_vector_lanes():
     A, B, C = _matmul(70, 125, 45)
     task = auto_task([A, B, C])
@@ -61,6 +62,7 @@ def test_matmul_gets_multi_level_tiles_sized_by_the_vector_lanes():
     {"C.cache": False, "C.unroll": "tile+k", "C.red0": 4},
     {"C.unroll": "tile+k", "C.red0": 2, "C.mid0": "all", "C.pack": "none"},
 ])
+@pytest.mark.slow
 def test_kblocked_packed_and_uncached_variants_are_exact(values):
     A, B, C = _matmul(37, 53, 41)
     task = auto_task([A, B, C])
@@ -68,6 +70,7 @@ def test_kblocked_packed_and_uncached_variants_are_exact(values):
     check_outputs(s, [A, B, C], _mm)
 
 
+@pytest.mark.slow
 def test_a_contraction_that_is_also_an_output():
     """Was: compute_at(D, ...): 'C' is an output. C keeps its tiles (and write-back), the
     activation reading it runs as its own stage."""
@@ -80,6 +83,7 @@ def test_a_contraction_that_is_also_an_output():
         check_outputs(s, [A, B, C, D], lambda a, b: (_mm(a, b), np.maximum(_mm(a, b), 0)))
 
 
+@pytest.mark.slow
 def test_bias_relu_transpose_chain_is_one_epilogue():
     """An epilogue chain by op pattern: bias (broadcast), relu, then a transpose; the chain's
     stages are inlined into the output, which takes the tiled loops (C per tile)."""
@@ -113,6 +117,7 @@ def test_square_transpose_epilogue_takes_the_tiles_of_the_axes_it_reads():
     check_outputs(s, [A, B, D], lambda a, b: _mm(a, b).T)
 
 
+@pytest.mark.slow
 def test_conv_rows_are_the_channels_the_input_vector_is_reused_by():
     N, C, H, W, K = 1, 3, 7, 37, 12
     data = lt.placeholder((N, C, H, W), "float32", name="data")
@@ -149,6 +154,7 @@ def test_tiles_follow_the_machine_and_the_task_name_says_which():
 
 # ---- the rfactor rule ------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_gemv_against_a_transposed_weight_is_rfactored_over_lanes():
     x = lt.placeholder((301,), "float32", name="x")
     W = lt.placeholder((23, 301), "float32", name="W")
@@ -162,6 +168,7 @@ def test_gemv_against_a_transposed_weight_is_rfactored_over_lanes():
         check_outputs(task.instantiate(i)[0], [x, W, y], lambda a, w: w.astype(np.float64) @ a)
 
 
+@pytest.mark.slow
 def test_row_norms_rfactor_and_column_sums_vectorize_across_columns():
     X = lt.placeholder((5, 203), "float32", name="X")
     k = lt.reduce_axis(203, name="k")
@@ -181,6 +188,7 @@ def test_row_norms_rfactor_and_column_sums_vectorize_across_columns():
         check_outputs(task.instantiate(i)[0], [Y, cols], lambda a: a.astype(np.float64).sum(0))
 
 
+@pytest.mark.slow
 def test_a_global_sum_is_rfactored_at_root():
     X = lt.placeholder((3, 101), "float32", name="X")
     a, b = lt.reduce_axis(3, name="a"), lt.reduce_axis(101, name="b")
@@ -205,6 +213,7 @@ def test_transposes_get_2d_tiles_and_rows_get_whole_vectors_in_the_fallback():
     assert task.config_space.knobs["E.rows"].values[0] == 1
 
 
+@pytest.mark.slow
 def test_softmax_fallback_is_fused_per_row_with_buffered_exponentials():
     X = lt.placeholder((7, 45), "float32", name="X")
     k1, k2 = lt.reduce_axis(45, name="k1"), lt.reduce_axis(45, name="k2")

@@ -51,6 +51,7 @@ def test_a_tiny_kernel_has_no_knob_and_no_threads():
 
 
 @pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.slow
 def test_a_small_contraction_runs_on_one_thread_first(relu):
     A, B, C = _matmul(70, 125, 45, relu)
     task = auto_task([A, B, C], target=TWO)

@@ -42,6 +42,7 @@ def test_targets():
     assert log[2] == 0.0 and log[0] == pytest.approx(np.log(2 / 8)) and log[1] < log[0]
 
 
+@pytest.mark.slow
 def test_same_seed_same_proposals_never_twice(task, fake_measure):
     def run(seed):
         t = GBTTuner(task, seed=seed, explore=16)
@@ -70,6 +71,7 @@ def _nest_cost(task):
     return cost
 
 
+@pytest.mark.slow
 def test_beats_random_search_on_a_learnable_cost(task, fake_measure):
     cost = _nest_cost(task)
     best = {}
@@ -101,6 +103,7 @@ def test_configs_whose_template_raises_are_measured_not_fatal(fake_measure):
     assert raising and all(t.features(i) is None for i in raising)
 
 
+@pytest.mark.slow
 def test_plans_retrain_once_per_plan_and_hand_out_every_config_once(task, fake_measure):
     t = GBTTuner(task, seed=0, n_init=4, plan_size=8)
     fits = []
@@ -148,6 +151,7 @@ def test_bad_arguments():
         GBTTuner(task, transfer_slots="eps")
 
 
+@pytest.mark.slow
 def test_transfer_warm_starts_from_another_task(task, fake_measure, tmp_path):
     other = create_task("test_matmul", (8, 16, 16))
     src = tmp_path / "other.jsonl"
@@ -164,6 +168,7 @@ def test_transfer_warm_starts_from_another_task(task, fake_measure, tmp_path):
     assert t.active == "target" and "transfer" in t._slot.values()
 
 
+@pytest.mark.slow
 def test_transfer_keeps_a_random_start_and_fades_as_data_accumulates(task, fake_measure,
                                                                      tmp_path):
     other = create_task("test_matmul", (8, 16, 16))
@@ -228,6 +233,7 @@ def _record_draws(t):
     return draws
 
 
+@pytest.mark.slow
 def test_warm_start_is_kept_apart_from_the_search_of_this_task(task, fake_measure, tmp_path):
     """transfer_slots="warm" (the default): the first n_warm trials are the transferred
     model's best predictions; after them the search runs as without transfer (same draws,
@@ -269,6 +275,7 @@ def test_warm_start_is_kept_apart_from_the_search_of_this_task(task, fake_measur
     assert n_values(spread) >= n_values(warm)
 
 
+@pytest.mark.slow
 def test_transfer_replaces_only_the_random_picks(task, fake_measure, tmp_path):
     src = _source_log(tmp_path)
     base = GBTTuner(task, seed=3, explore=12, n_init=8, diversity=0.0)
@@ -305,6 +312,7 @@ def test_transfer_replaces_only_the_random_picks(task, fake_measure, tmp_path):
     assert [i for i in plan if xt._slot[i] == "transfer"] == xfer[:4]
 
 
+@pytest.mark.slow
 def test_transfer_picks_must_earn_their_slots(task, fake_measure, tmp_path):
     """Transfer is set aside for good once its picks rank lower than the random picks among
     this task's measurements; the random slots are then random again."""
@@ -351,6 +359,7 @@ def test_transfer_ignores_records_of_the_same_task(task, fake_measure, tmp_path)
     assert t.model is None and len(t._src_y) == 0
 
 
+@pytest.mark.slow
 def test_real_measurement_log_works_with_apply_history_best(tmp_path):
     from helpers_templates import tmatmul
     task = create_task("test_matmul", (16, 16, 16))

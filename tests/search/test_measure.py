@@ -31,6 +31,7 @@ def _index(task, mode, tile=0):
     return task.config_space.index_of([FAULT_MODES.index(mode), tile])
 
 
+@pytest.mark.slow
 def test_each_misbehaviour_is_its_error_kind_and_the_workers_recover(faulty):
     modes = ["ok", "invalid", "raise", "segv", "ok", "abort", "hang", "ok", "hang_build",
              "wrong", "ok"]
@@ -61,6 +62,7 @@ def test_each_misbehaviour_is_its_error_kind_and_the_workers_recover(faulty):
     assert restarts == (3, 1)            # segv, abort, hang; hang_build
 
 
+@pytest.mark.slow
 def test_a_tuning_run_survives_every_fault_and_never_picks_a_wrong_result(faulty, tmp_path):
     path = tmp_path / "faulty.jsonl"
     tuner = GridTuner(faulty)
@@ -80,18 +82,21 @@ def test_a_tuning_run_survives_every_fault_and_never_picks_a_wrong_result(faulty
     assert all(r.ok for r in again)
 
 
+@pytest.mark.slow
 def test_correctness_check_can_be_turned_off(faulty):
     opt = MeasureOption(number=1, repeat=1, timeout=5, n_parallel=1, check_correctness=False)
     (r,) = measure_configs(faulty, [_index(faulty, "wrong")], opt)
     assert r.ok
 
 
+@pytest.mark.slow
 def test_flush_cache_keeps_every_repeat(faulty):
     opt = MeasureOption(number=1, repeat=4, timeout=5, n_parallel=1, flush_cache=True)
     (r,) = measure_configs(faulty, [_index(faulty, "ok", 1)], opt)
     assert r.ok and len(r.costs) == 4
 
 
+@pytest.mark.slow
 def test_hopeless_candidates_are_not_timed_in_full(faulty):
     cfg = faulty.config_space.get(_index(faulty, "ok", 1))
     opt = MeasureOption(number=2, repeat=3, timeout=5, n_parallel=1, cutoff_min_ms=0)
@@ -124,6 +129,7 @@ def _all_fail(cfg, n):
     return s, [A, C]
 
 
+@pytest.mark.slow
 def test_when_every_candidate_fails_tune_raises_a_summary():
     task = create_task("test_all_fail", (8,))
     with pytest.raises(TuningError, match=r"every one of the 8 candidates .* failed: "

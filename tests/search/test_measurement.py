@@ -222,6 +222,7 @@ def test_noise_threshold_none_turns_the_guard_off(task):
     assert res.noise is None and res.costs == [1e-3]
 
 
+@pytest.mark.slow
 def test_real_measurements_log_the_drift(task, tmp_path):
     """Real workers: the runner times the reference kernel around every candidate."""
     from looptune.search import measure_configs

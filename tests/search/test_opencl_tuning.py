@@ -9,6 +9,7 @@ import looptune as lt
 pytestmark = pytest.mark.opencl
 
 
+@pytest.mark.slow
 def test_tune_an_opencl_template(opencl, tmp_path):
     import helpers_cl_template as h
     task = lt.search.create_task(h.NAME, (24, 40, 16), target="opencl")

@@ -134,6 +134,7 @@ SAMPLERS = ["tpe", "random", "nsga2", "qmc", "cmaes"]
 
 
 @pytest.mark.parametrize("sampler", SAMPLERS)
+@pytest.mark.slow
 def test_same_seed_same_proposals_never_twice(sampler, task, fake_measure):
     if sampler == "cmaes":
         pytest.importorskip("cmaes", reason="the test extra installs cmaes")
@@ -204,6 +205,7 @@ def test_duplicates_are_told_not_measured(fake_measure):
             assert tr.value == orig.value
 
 
+@pytest.mark.slow
 def test_real_measurement_log_works_with_apply_history_best(tmp_path):
     from helpers_templates import tmatmul
     task = create_task("test_matmul", (16, 16, 16))
@@ -317,6 +319,7 @@ def _two_workers(storage: str, tmp_path, n: int = 20):
     assert not [tr for tr in study.trials if tr.state is TS.RUNNING]
 
 
+@pytest.mark.slow
 def test_two_processes_share_a_journal_storage(tmp_path):
     _two_workers(f"journal:{tmp_path / 'study.journal'}", tmp_path)
 

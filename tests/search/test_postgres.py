@@ -158,6 +158,7 @@ def test_a_server_that_is_down_is_named(task16):
         OptunaTuner(task16, storage=f"postgresql+psycopg://u@127.0.0.1:{port}/x")
 
 
+@pytest.mark.slow
 def test_the_cli_says_it_in_one_line(tmp_path):
     d = _missing_driver()
     r = subprocess.run(_tune_cmd(_op_file(tmp_path), f"postgresql+{d}://u@h/x",
@@ -192,6 +193,7 @@ def test_without_binaries_the_fixture_skips_or_fails_as_asked(monkeypatch):
 # ---- a real server ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_fixture_serves_a_database_on_localhost(pg_server, pg_url):
     import psycopg
     with psycopg.connect(pg_url.replace("+psycopg", "")) as conn:
@@ -210,6 +212,7 @@ def test_two_processes_share_a_postgresql_study(pg_url, tmp_path):
     _two_workers(pg_url, tmp_path, n=10)
 
 
+@pytest.mark.slow
 def test_trials_in_postgresql_carry_knob_values(pg_url, fake_measure):
     task = create_task("test_matmul", (16, 16, 16))
     t = OptunaTuner(task, storage=pg_url, study_name="values", seed=0)

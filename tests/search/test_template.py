@@ -81,6 +81,7 @@ def test_apply_to_the_wrong_number_of_loops_raises():
         sp["o"].apply(s, C, [i])
 
 
+@pytest.mark.slow
 def test_every_sampled_config_of_the_template_is_exact():
     task = create_task("test_matmul", (24, 20, 12))
     for cfg in task.config_space.sample(6, np.random.default_rng(3)):

@@ -65,6 +65,7 @@ def _env() -> dict:
         [os.path.dirname(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
 
 
+@pytest.mark.slow
 def test_a_python_c_template_tunes_with_two_workers(tmp_path):
     log = tmp_path / "c.jsonl"
     p = subprocess.run([sys.executable, "-c", TUNE_SCRIPT, str(log)], cwd=tmp_path,

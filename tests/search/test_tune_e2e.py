@@ -25,6 +25,7 @@ N = 32
 
 
 @pytest.mark.parametrize("cls", [RandomTuner, GridTuner, GATuner, SATuner])
+@pytest.mark.slow
 def test_tuner_log_then_apply_history_best(cls, tmp_path):
     task = create_task("test_matmul", (N, N, N))
     path = tmp_path / f"{cls.__name__}.jsonl"
@@ -92,6 +93,7 @@ def _wait_lines(path, n, proc, limit=90.0):
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_resume_after_kill_9_loses_nothing_and_measures_nothing_twice(tmp_path, caplog):
     log = tmp_path / "killed.jsonl"
     tag = f"lt-kill-{uuid.uuid4().hex}"
@@ -123,6 +125,7 @@ def test_resume_after_kill_9_loses_nothing_and_measures_nothing_twice(tmp_path, 
     assert len(recs) == 30 + 3 * 3          # the end: the top 3 re-measured in 3 rounds
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_after_the_candidates_in_flight(tmp_path):
     log = tmp_path / "interrupted.jsonl"
     tag = f"lt-int-{uuid.uuid4().hex}"
