@@ -168,7 +168,7 @@ def export_library(modules, path, cc: str | None = None, march=None) -> dict[str
     variants = _variants(modules, parse_march(march))
     mods = variants[0].mods
     names = _check_modules(mods)
-    base = _library_base(path)
+    base = library_base(path)
     c_mods = [m for m in mods if m.target.kind == "c"]
     cl_mods = [m for m in mods if m.target.kind == "opencl"]
     if len({str(m.target) for m in cl_mods}) > 1:
@@ -324,15 +324,16 @@ def _check_modules(mods: list) -> set[str]:
     return names
 
 
-def _library_base(path) -> Path:
-    """``path`` as the library's path without extension, its directory created."""
+def library_base(path, example: str = "libops") -> Path:
+    """``path`` as the library's path without extension, its directory created (operator
+    libraries and graph models alike; ``example`` is the plain name the error suggests)."""
     base = Path(path)
     bad = sorted({ch for ch in base.name if ch in '"\\?' or not ch.isprintable()})
     if bad or not base.name:
         raise BuildError(f"export_library({str(path)!r}): the library's file name must not be "
                          "empty or hold quotes, backslashes, '?' or control characters (the "
                          f"C file includes the header by that name); got {bad}; pick a plain "
-                         "name such as 'libops'")
+                         f"name such as '{example}'")
     try:
         base.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:

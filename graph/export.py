@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -42,6 +41,7 @@ import numpy as np
 
 from ..backends.c_codegen import CSource, translation_unit
 from ..backends.compiler import compiler_version, flags_for
+from ..backends.export import library_base
 from ..backends.sanitize import c_comment, c_identifier, check_function_name
 from ..errors import BuildError
 from ..lang import dtype as dt
@@ -335,28 +335,11 @@ def _prefix_of(base: Path, prefix: str | None) -> str:
     return prefix
 
 
-def _check_path(path) -> Path:
-    base = Path(path)
-    bad = sorted({ch for ch in base.name if ch in '"\\?' or not ch.isprintable()})
-    if bad or not base.name:
-        raise BuildError(f"export_library({str(path)!r}): the library's file name must not be "
-                         "empty or hold quotes, backslashes, '?' or control characters (the C "
-                         f"file includes the header by that name); got {bad}; pick a plain name "
-                         "such as 'libmodel'")
-    try:
-        base.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise BuildError(f"export_library: cannot create {base.parent}: {e.strerror}") from None
-    if not os.access(base.parent, os.W_OK):
-        raise BuildError(f"export_library: {base.parent} is not writable")
-    return base
-
-
 def export_spec(spec: ModelSpec, path, *, prefix: str | None = None, cc: str | None = None,
                 inline_limit: int = INLINE_LIMIT) -> dict[str, Path]:
     """Write and compile the library of ``spec`` (see the module docstring); the paths written
     by extension: ``c``, ``h``, ``so``, ``a`` and, when the weights are a blob, ``weights``."""
-    base = _check_path(path)
+    base = library_base(path, example="libmodel")
     prefix = _prefix_of(base, prefix)
     opts = spec.kernels[0].options if spec.kernels else {}
     cc = cc or opts.get("cc", "gcc")
