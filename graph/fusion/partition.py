@@ -74,6 +74,11 @@ class _Partitioner:
     def commit(self, src: int, sink: int) -> None:
         """Merge every node on the paths from ``src`` to ``sink`` into ``sink``'s group."""
         target = self.sets[sink]
+        for k in self._path_nodes(src, sink):
+            self._merge(self.sets[k], target)
+
+    def _path_nodes(self, src: int, sink: int):
+        """Each node on the paths from ``src`` to ``sink`` once (``sink`` excluded)."""
         seen: set[int] = set()
         stack = [src]
         while stack:
@@ -81,7 +86,7 @@ class _Partitioner:
             if k == sink or k in seen:
                 continue
             seen.add(k)
-            self._merge(self.sets[k], target)
+            yield k
             stack.extend(self.fnodes[k].outputs)
 
     def _merge(self, child: _Set, parent: _Set) -> None:
@@ -97,16 +102,9 @@ class _Partitioner:
 
     def fused_size(self, src: int, sink: int) -> int:
         """How many nodes the sink's group would hold with ``src``'s path merged in."""
-        seen: set[int] = set()
         total = self.sets[sink].root().size
-        stack = [src]
-        while stack:
-            k = stack.pop()
-            if k == sink or k in seen:
-                continue
-            seen.add(k)
+        for k in self._path_nodes(src, sink):
             total += self.sets[k].size if self.sets[k].parent is None else 1
-            stack.extend(self.fnodes[k].outputs)
         return total
 
     # the rules ------------------------------------------------------------------------------
