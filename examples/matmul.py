@@ -128,8 +128,8 @@ def template(cfg, N: int, M: int, K: int, dtype: str = "float32"):
     cfg.define_knob("mc_scale", [1, 0.5, 2, 4])
     cfg.define_knob("nc_scale", [1, 0.5, 0.25])
     mr = cfg["mr"].val
-    kc = max(8, min(K, int(b["kc"] * cfg["kc_scale"].val)))
-    mc = max(mr, int(b["mc"] * cfg["mc_scale"].val) // mr * mr)
+    kc = max(min(8, K), min(K, int(b["kc"] * cfg["kc_scale"].val)))
+    mc = min(max(mr, int(b["mc"] * cfg["mc_scale"].val) // mr * mr), _ceil(N, mr) * mr)
     nc = max(b["nr"], int(b["nc"] * cfg["nc_scale"].val) // b["nr"] * b["nr"])
     return _schedule(N, M, K, dtype, mr, b["nr"], kc, mc, nc)
 

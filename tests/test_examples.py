@@ -39,6 +39,16 @@ def _run(op, args, s, tensors):
 
 
 @pytest.mark.parametrize("op", OPS, ids=lambda op: op.name)
+def test_template_fallback_is_the_hand_schedule(op):
+    """The examples' docstrings promise that the template's fallback config (the first value of
+    each knob) is the hand schedule: the same loop nest, at small sizes and at the defaults."""
+    for args in (SMALL[op.name], tuple(op.default_args)):
+        hand = lt.lower(*op.hand_schedule(*args))
+        fallback = lt.lower(*op.template.func(FallbackConfig(), *args))
+        assert str(fallback) == str(hand), f"{op.name}{args}"
+
+
+@pytest.mark.parametrize("op", OPS, ids=lambda op: op.name)
 @pytest.mark.slow
 def test_hand_schedule_template_fallback_and_sampled_configs(op):
     args = SMALL[op.name]
