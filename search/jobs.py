@@ -9,7 +9,6 @@ once per task and kept on disk for restarted runners) and times it.
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import sys
 import tempfile
@@ -19,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..backends.build import build
+from ..backends.module import pin_openmp_runtime
 from ..errors import BuildError, ScheduleError
 from ..lang.tensor import PlaceholderOp
 from ..schedule.schedule import create_schedule
@@ -26,21 +26,6 @@ from ..schedule.steps import dumps
 from .task import Task, task_from_spec
 
 _TOLERANCE = {"float16": (1e-2, 1e-3), "float32": (1e-3, 1e-4), "float64": (1e-7, 1e-9)}
-
-
-def pin_openmp_runtime() -> bool:
-    """Load libgomp once, never to be unloaded.
-
-    A worker loads and drops hundreds of kernels. When the last loaded kernel that uses
-    OpenMP is garbage-collected, its ``dlclose`` unloads libgomp while libgomp's idle pool
-    threads still run its code, and the process dies with SIGSEGV; pinning the runtime keeps
-    a valid parallel candidate from being recorded as a crash. Returns whether it loaded.
-    """
-    try:
-        ctypes.CDLL("libgomp.so.1", mode=os.RTLD_GLOBAL | getattr(os, "RTLD_NODELETE", 0))
-        return True
-    except OSError:
-        return False
 
 
 # ---- builder -------------------------------------------------------------------------------
