@@ -18,6 +18,7 @@ from ..errors import LangError
 from . import dtype as dt
 
 if TYPE_CHECKING:
+    from .combiner import Combiner
     from .tensor import Tensor
 
 _uids = itertools.count(1)
@@ -243,13 +244,15 @@ class IterVar(ExprOps):
 class Reduce(Expr):
     """A commutative reduction over ``axis``; only ever the whole body of a compute."""
 
-    combiner: str           # "sum" | "prod" | "max" | "min"
+    combiner: Combiner      # a name ("sum", "prod", "max", "min") is parsed at construction
     source: Expr
     axis: tuple[IterVar, ...]
     where: Expr | None
     dtype: str = ""
 
     def __post_init__(self):
+        from .combiner import Combiner  # combiner.py builds its updates from this module
+        object.__setattr__(self, "combiner", Combiner.of(self.combiner))
         object.__setattr__(self, "dtype", self.source.dtype)
 
 

@@ -5,6 +5,7 @@ from collections.abc import Sequence
 
 from ..errors import LangError
 from . import dtype as dt
+from .combiner import Combiner
 from .expr import (BinKind, BinOp, Call, Cast, Const, Expr, IterKind, IterVar, Not, Reduce,
                    Select, as_expr)
 
@@ -192,31 +193,31 @@ def pow(a, b) -> Expr:  # noqa: A001
 
 # ---- reductions ----------------------------------------------------------------------------
 
-_IDENTITY = {"sum": 0, "prod": 1}
-
-
-def _reduce(combiner: str, expr, axis, where) -> Reduce:
+def reduce(combiner: Combiner | str, expr, axis, where=None) -> Expr:
+    """``expr`` reduced with ``combiner`` (a :class:`Combiner` or its name) over ``axis``, where
+    ``where`` holds: ``reduce("max", X[i, k], k)`` is ``lt.max(X[i, k], axis=k)``."""
+    c = Combiner.of(combiner)
     axes = tuple(axis) if isinstance(axis, Sequence) else (axis,)
     if not axes:
-        raise LangError(f"lt.{combiner}: axis is empty; pass the lt.reduce_axis(...) to reduce")
+        raise LangError(f"lt.{c}: axis is empty; pass the lt.reduce_axis(...) to reduce")
     for a in axes:
         if not isinstance(a, IterVar) or a.kind is not IterKind.REDUCE:
-            raise LangError(f"lt.{combiner}: axis {a!r} is not a reduction axis; create it "
+            raise LangError(f"lt.{c}: axis {a!r} is not a reduction axis; create it "
                             "with lt.reduce_axis(extent, name=...)")
     src = as_expr(expr)
     if dt.is_bool(src.dtype):
         src = cast(src, "int32")
-    cond = None if where is None else _as_bool(where, f"{combiner}(where=...)")
-    return Reduce(combiner, src, axes, cond)
+    cond = None if where is None else _as_bool(where, f"{c}(where=...)")
+    return Reduce(c, src, axes, cond)
 
 
 def sum(expr, axis, where=None) -> Expr:  # noqa: A001
     """Sum of ``expr`` over the reduction ``axis`` (an IterVar or a list), where ``where``."""
-    return _reduce("sum", expr, axis, where)
+    return reduce(Combiner.SUM, expr, axis, where)
 
 
 def prod(expr, axis, where=None) -> Expr:
-    return _reduce("prod", expr, axis, where)
+    return reduce(Combiner.PROD, expr, axis, where)
 
 
 def _is_axis_arg(x) -> bool:
@@ -235,21 +236,21 @@ def builtins_all(it) -> bool:
 
 def max(a, b=None, axis=None, where=None) -> Expr:  # noqa: A001
     """``max(expr, axis=k)`` reduces over k; ``max(a, b)`` is the elementwise maximum."""
-    return _minmax("max", BinKind.MAX, a, b, axis, where)
+    return _minmax(Combiner.MAX, a, b, axis, where)
 
 
 def min(a, b=None, axis=None, where=None) -> Expr:  # noqa: A001
     """``min(expr, axis=k)`` reduces over k; ``min(a, b)`` is the elementwise minimum."""
-    return _minmax("min", BinKind.MIN, a, b, axis, where)
+    return _minmax(Combiner.MIN, a, b, axis, where)
 
 
-def _minmax(name, kind, a, b, axis, where) -> Expr:
+def _minmax(c: Combiner, a, b, axis, where) -> Expr:
     if axis is None and b is not None and _is_axis_arg(b):
         axis, b = b, None
     if axis is not None:
         if b is not None:
-            raise LangError(f"lt.{name}: give either two expressions or an expression and axis=")
-        return _reduce(name, a, axis, where)
+            raise LangError(f"lt.{c}: give either two expressions or an expression and axis=")
+        return reduce(c, a, axis, where)
     if b is None:
-        raise LangError(f"lt.{name}({a}) needs a second expression or axis=")
-    return _arith(kind, a, b)
+        raise LangError(f"lt.{c}({a}) needs a second expression or axis=")
+    return _arith(c.op, a, b)
