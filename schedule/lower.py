@@ -16,7 +16,6 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from ..errors import ScheduleError
-from ..lang import dtype as dt
 from ..lang.expr import BinKind, BinOp, BufferLoad, Const, Expr, IterKind, IterVar, Load, Var
 from ..lang.printer import expr_str
 from ..lang.simplify import _linear, simplify, upper_bound
@@ -82,14 +81,6 @@ class _Inline(ExprMutator):
             return e
         body = substitute(op.body, {a.var: i for a, i in zip(op.axis, e.indices)})
         return self.visit(body)
-
-
-_IDENTITY = {"sum": lambda d: 0, "prod": lambda d: 1, "max": dt.min_value, "min": dt.max_value}
-
-
-def _combine(combiner: str, old: Expr, new: Expr) -> Expr:
-    op = {"sum": BinKind.ADD, "prod": BinKind.MUL, "max": BinKind.MAX, "min": BinKind.MIN}
-    return BinOp(op[combiner], old, new)
 
 
 class _Lowering:
@@ -307,11 +298,11 @@ class _Lowering:
         if not st.op.is_reduction:
             return Store(buf, idx, self._to_buffers(body)), None, []
         src = self._to_buffers(body.source)
-        update: Stmt = Store(buf, idx, _combine(body.combiner, BufferLoad(buf, idx), src))
+        update: Stmt = Store(buf, idx, body.combiner.combine(BufferLoad(buf, idx), src))
         moved, kept = self._where_guards(st, body.where)
         if kept:
             update = _guard([self._to_buffers(c) for c in kept], update)
-        init = Store(buf, idx, Const(_IDENTITY[body.combiner](t.dtype), t.dtype))
+        init = Store(buf, idx, body.combiner.identity(t.dtype))
         return update, init, moved
 
     def _where_guards(self, st: Stage, where: Expr | None) -> tuple[list[Expr], list[Expr]]:
