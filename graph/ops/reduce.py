@@ -13,6 +13,8 @@ import numpy as np
 
 import looptune as lt
 
+from ...lang.combiner import Combiner
+from ...lang.ops import reduce
 from ..registry import OpDef, OpPattern, register
 from ._util import FLOATS, ints_arg, norm_axes, te_name, tt
 
@@ -40,7 +42,8 @@ def _pattern(ctx) -> OpPattern:
     return OpPattern.ELEMWISE if _axes(ctx) is None else OpPattern.COMM_REDUCE
 
 
-def _make(name: str, dtypes, np_fn, source=None, finish=None, combiner: str = "sum"):
+def _make(name: str, dtypes, np_fn, source=None, finish=None,
+          combiner: Combiner = Combiner.SUM):
     """A reduction: ``np_fn(x, axes)`` is the numpy reference (float64 for floats, keepdims);
     the compute reduces ``source(v)`` with ``combiner`` and maps the result with
     ``finish(r, n)`` (n: the number of reduced elements)."""
@@ -104,9 +107,8 @@ def _reduce_compute(ctx, X, axes, combiner, source, finish):
         v = X[tuple(idx)]
         return source(v) if source is not None else v
 
-    red = {"sum": lt.sum, "max": lt.max, "min": lt.min, "prod": lt.prod}[combiner]
     axis = list(ks.values())
-    R = lt.compute(shape, lambda *o: red(src(*o), axis=axis),
+    R = lt.compute(shape, lambda *o: reduce(combiner, src(*o), axis),
                    name=te_name(ctx, "red" if finish is not None else ""))
     if finish is None:
         return R
@@ -116,9 +118,9 @@ def _reduce_compute(ctx, X, axes, combiner, source, finish):
 _make("ReduceSum", NUMBERS, lambda x, a: np.sum(x, axis=a, keepdims=True))
 _make("ReduceMean", FLOATS, lambda x, a: np.mean(x, axis=a, keepdims=True),
       finish=lambda r, n: r / float(n))
-_make("ReduceMax", NUMBERS, lambda x, a: np.max(x, axis=a, keepdims=True), combiner="max")
-_make("ReduceMin", NUMBERS, lambda x, a: np.min(x, axis=a, keepdims=True), combiner="min")
-_make("ReduceProd", NUMBERS, lambda x, a: np.prod(x, axis=a, keepdims=True), combiner="prod")
+_make("ReduceMax", NUMBERS, lambda x, a: np.max(x, axis=a, keepdims=True), combiner=Combiner.MAX)
+_make("ReduceMin", NUMBERS, lambda x, a: np.min(x, axis=a, keepdims=True), combiner=Combiner.MIN)
+_make("ReduceProd", NUMBERS, lambda x, a: np.prod(x, axis=a, keepdims=True), combiner=Combiner.PROD)
 _make("ReduceSumSquare", NUMBERS, lambda x, a: np.sum(x * x, axis=a, keepdims=True),
       source=lambda v: v * v)
 _make("ReduceL1", NUMBERS, lambda x, a: np.sum(np.abs(x), axis=a, keepdims=True),
