@@ -26,6 +26,12 @@ def _topo_ops(outputs: Sequence[Tensor]) -> list:
     return order
 
 
+def topo_ops(outputs: Sequence[Tensor]) -> list:
+    """Every op that ``outputs`` depend on, placeholders included, each after the ops it reads
+    (depth first, inputs in order): the order of a schedule's stages."""
+    return _topo_ops(outputs)
+
+
 class Schedule:
     """How to compute ``outputs``: ``s[T]`` is the Stage of tensor T."""
 
