@@ -16,6 +16,7 @@ import numpy as np
 
 from ..errors import LangError
 from . import dtype as dt
+from .intrinsics import INTRINSICS, known
 
 if TYPE_CHECKING:
     from .combiner import Combiner
@@ -193,11 +194,20 @@ class Cast(Expr):
 
 @dataclass(frozen=True, slots=True, repr=False)
 class Call(Expr):
-    """A pure math intrinsic such as exp or sqrt."""
+    """A pure math intrinsic such as exp or sqrt: a row of lang/intrinsics.py's table."""
 
     name: str
     args: tuple[Expr, ...]
     dtype: str
+
+    def __post_init__(self):
+        row = INTRINSICS.get(self.name)
+        if row is None:
+            raise LangError(f"Call: no intrinsic called {self.name!r}; the intrinsics are "
+                            f"{known()} (add a row to lang/intrinsics.py for a new one)")
+        if len(self.args) != row.arity:
+            raise LangError(f"Call({self.name!r}): takes {row.arity} argument(s); "
+                            f"got {len(self.args)}")
 
 
 @dataclass(frozen=True, slots=True, repr=False)

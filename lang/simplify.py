@@ -15,6 +15,7 @@ import numpy as np
 
 from . import dtype as dt
 from .expr import BinKind, BinOp, Call, Cast, Const, Expr, Not, Select, Var
+from .intrinsics import INTRINSICS
 from .visitor import ExprMutator, ExprVisitor
 
 Bound = tuple  # (lo, hi): inclusive ints, None where unknown
@@ -126,10 +127,6 @@ _NP_BIN = {
     BinKind.NE: np.not_equal, BinKind.LT: np.less, BinKind.LE: np.less_equal,
     BinKind.AND: np.logical_and, BinKind.OR: np.logical_or,
 }
-_NP_CALL = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "sin": np.sin, "cos": np.cos,
-            "tanh": np.tanh, "floor": np.floor, "ceil": np.ceil, "round": np.rint,
-            "trunc": np.trunc, "fabs": np.fabs, "log2": np.log2, "log1p": np.log1p}
-
 
 _PY_INDEX = {
     BinKind.ADD: lambda x, y: x + y, BinKind.SUB: lambda x, y: x - y,
@@ -215,6 +212,131 @@ def _build(terms: dict[Expr, int], const: int, dtype: str) -> Expr:
     return out
 
 
+# ---- binary rules --------------------------------------------------------------------------
+# A rule takes the simplifier (for its ranges), the operator and the simplified operands, and
+# returns the rewritten expression or None where it does not apply. Simplifier.binop tries them
+# in the order of _BIN_RULES; the first that applies wins. The affine rules assume no overflow:
+# they apply to index arithmetic only, never to data values (numpy wraps int32 data:
+# X*65536//65536 is not X).
+
+def _fold_constants(s: Simplifier, op: BinKind, a: Expr, b: Expr) -> Expr | None:
+    """c1 op c2 -> c (numpy's semantics; index dtypes in Python ints; x // 0 is left as is)."""
+    if isinstance(a, Const) and isinstance(b, Const):
+        return _fold(op, a, b)
+    return None
+
+
+def _affine(s: Simplifier, op: BinKind, a: Expr, b: Expr) -> Expr | None:
+    """index a + b, a - b, a * b -> the canonical affine form (io*32 + ii - io*32 -> ii)."""
+    if op in (BinKind.ADD, BinKind.SUB, BinKind.MUL) and _both_index(a, b):
+        t, c = _linear(BinOp(op, a, b))
+        return _build(t, c, a.dtype)
+    return None
+
+
+def _divmod_const(s: Simplifier, op: BinKind, a: Expr, b: Expr) -> Expr | None:
+    """index x // c, x % c with a constant c > 0: multiples of c split off, ranges decide."""
+    if op in (BinKind.FLOORDIV, BinKind.FLOORMOD) and isinstance(b, Const) and b.value > 0 \
+            and _both_index(a, b):
+        return s._divmod(op, a, b.value)
+    return None
+
+
+def _minmax_same(s: Simplifier, op: BinKind, a: Expr, b: Expr) -> Expr | None:
+    """min(x, x) -> x ; max(x, x) -> x"""
+    if op in (BinKind.MIN, BinKind.MAX) and a == b:
+        return a
+    return None
+
+
+def _minmax_range(s: Simplifier, op: BinKind, a: Expr, b: Expr) -> Expr | None:
+    """index min(a, b) -> a where a <= b over the ranges (-> b where a >= b); max alike."""
+    if op not in (BinKind.MIN, BinKind.MAX) or not _both_index(a, b):
+        return None
+    lo, hi = s.bound(s.binop(BinKind.SUB, a, b))
+    a_le_b, a_ge_b = hi is not None and hi <= 0, lo is not None and lo >= 0
+    if op is BinKind.MIN:
+        return a if a_le_b else b if a_ge_b else None
+    return a if a_ge_b else b if a_le_b else None
+
+
+# a op b decided by the range [lo, hi] of a - b (None bounds read as -inf, +inf):
+# op -> (a op b holds everywhere when, it holds nowhere when)
+_DECIDE = {
+    BinKind.LT: (lambda lo, hi: hi < 0, lambda lo, hi: lo >= 0),
+    BinKind.LE: (lambda lo, hi: hi <= 0, lambda lo, hi: lo > 0),
+    BinKind.EQ: (lambda lo, hi: lo == hi == 0, lambda lo, hi: lo > 0 or hi < 0),
+    BinKind.NE: (lambda lo, hi: lo > 0 or hi < 0, lambda lo, hi: lo == hi == 0),
+}
+
+
+def _compare_range(s: Simplifier, op: BinKind, a: Expr, b: Expr) -> Expr | None:
+    """index a < b (<=, ==, !=) -> True or False where the range of a - b decides it."""
+    if not op.is_compare or not _both_index(a, b):
+        return None
+    lo, hi = s.bound(s.binop(BinKind.SUB, a, b))
+    lo, hi = -math.inf if lo is None else lo, math.inf if hi is None else hi
+    always, never = _DECIDE[op]
+    if always(lo, hi):
+        return Const(True, "bool")
+    if never(lo, hi):
+        return Const(False, "bool")
+    return None
+
+
+def _logic_const(s: Simplifier, op: BinKind, a: Expr, b: Expr) -> Expr | None:
+    """True & y -> y ; False & y -> False ; True | y -> True ; False | y -> y (either side)"""
+    if not op.is_logical:
+        return None
+    for x, y in ((a, b), (b, a)):
+        if isinstance(x, Const):
+            if op is BinKind.AND:
+                return y if x.value else x
+            return x if x.value else y
+    return None
+
+
+def _logic_same(s: Simplifier, op: BinKind, a: Expr, b: Expr) -> Expr | None:
+    """x & x -> x ; x | x -> x"""
+    return a if op.is_logical and a == b else None
+
+
+def _float_unit(s: Simplifier, op: BinKind, a: Expr, b: Expr) -> Expr | None:
+    """float x*1 -> x ; 1*x -> x ; x/1 -> x ; x-0 -> x (not x+0: -0.0 + 0.0 is 0.0)"""
+    if not dt.is_float(a.dtype):
+        return None
+    match op, a, b:
+        case (BinKind.MUL | BinKind.DIV), _, Const(value=1.0):
+            return a  # x*1 -> x ; x/1 -> x
+        case BinKind.MUL, Const(value=1.0), _:
+            return b  # 1*x -> x
+        case BinKind.SUB, _, Const(value=0.0):
+            return a  # x-0 -> x
+    return None
+
+
+_BIN_RULES = (_fold_constants, _affine, _divmod_const, _minmax_same, _minmax_range,
+              _compare_range, _logic_const, _logic_same, _float_unit)
+
+
+def _both_index(a: Expr, b: Expr) -> bool:
+    return a.dtype in _INDEX and _is_index(a) and _is_index(b)
+
+
+def _is_index(e: Expr) -> bool:
+    """Integer arithmetic on variables and constants only (no loads or calls)."""
+    match e:
+        case Const() | Var():
+            return True
+        case BinOp(a=x, b=y):
+            return _is_index(x) and _is_index(y)
+        case Select(cond=c, t=t, f=f):
+            return _is_index(t) and _is_index(f) and _is_index(c)
+        case Cast(value=x) | Not(a=x):
+            return _is_index(x)
+    return False
+
+
 # ---- the rewriter --------------------------------------------------------------------------
 
 class Simplifier(ExprMutator):
@@ -231,112 +353,64 @@ class Simplifier(ExprMutator):
         return self.binop(e.op, a, b, e if a is e.a and b is e.b else None)
 
     def binop(self, op: BinKind, a: Expr, b: Expr, same: Expr | None = None) -> Expr:
-        if isinstance(a, Const) and isinstance(b, Const):
-            r = _fold(op, a, b)
-            if r is not None:
-                return r
-        # affine rules assume no overflow: only for index arithmetic, never for data values
-        # (numpy wraps int32 data: X*65536//65536 is not X)
-        index = a.dtype in _INDEX and _is_index(a) and _is_index(b)
-        if index and op in (BinKind.ADD, BinKind.SUB, BinKind.MUL):
-            t, c = _linear(BinOp(op, a, b))
-            return _build(t, c, a.dtype)
-        if index and op in (BinKind.FLOORDIV, BinKind.FLOORMOD) and isinstance(b, Const) \
-                and b.value > 0:
-            return self._divmod(op, a, b.value)
-        if op in (BinKind.MIN, BinKind.MAX):
-            r = self._minmax(op, a, b)
-            if r is not None:
-                return r
-        if op.is_compare and index:
-            r = self._compare(op, a, b)
-            if r is not None:
-                return r
-        if op.is_logical:
-            r = _logic(op, a, b)
-            if r is not None:
-                return r
-        if dt.is_float(a.dtype):
-            r = _float_identity(op, a, b)
+        """``a op b`` of simplified operands, rewritten by the first rule that applies
+        (``same``: the unchanged node, returned where none does)."""
+        for rule in _BIN_RULES:
+            r = rule(self, op, a, b)
             if r is not None:
                 return r
         return same if same is not None else BinOp(op, a, b)
 
     def _divmod(self, op: BinKind, a: Expr, c: int) -> Expr:
+        """``a // c`` or ``a % c`` of an index expression and a constant ``c > 0``."""
         d = a.dtype
         if c == 1:
-            return a if op is BinKind.FLOORDIV else Const(0, d)
+            return a if op is BinKind.FLOORDIV else Const(0, d)  # x // 1 -> x ; x % 1 -> 0
+        # (c*k*t + r) // c -> k*t + r // c ; (c*k*t + r) % c -> r % c
         terms, const = _linear(a)
         quot = {t: k // c for t, k in terms.items() if k % c == 0}
         rest_terms = {t: k for t, k in terms.items() if k % c != 0}
         quot_const, rest_const = divmod(const, c)
         rest = _build(rest_terms, rest_const, d)
-        lo, hi = self.bound(rest)
         if op is BinKind.FLOORMOD:
-            if lo is not None and hi is not None and 0 <= lo and hi < c:
-                return rest  # x % c -> x when 0 <= x < c
-            if isinstance(rest, BinOp) and rest.op is BinKind.FLOORMOD and \
-                    isinstance(rest.b, Const) and rest.b.value % c == 0:
-                rest = rest.a  # (x % (k*c)) % c -> x % c
-            return BinOp(BinKind.FLOORMOD, rest, Const(c, d))
-        if lo is not None and hi is not None and lo // c == hi // c:
-            q = Const(lo // c, d)  # x // c is constant over x's range
-        elif isinstance(rest, BinOp) and rest.op is BinKind.FLOORDIV and \
-                isinstance(rest.b, Const) and rest.b.value > 0:
-            q = BinOp(BinKind.FLOORDIV, rest.a, Const(rest.b.value * c, d))  # (x//a)//b
-        else:
-            q = BinOp(BinKind.FLOORDIV, rest, Const(c, d))
-        qt, qc = _linear(q)
+            return self._mod(rest, c)
+        qt, qc = _linear(self._div(rest, c))
         for t, k in qt.items():
             quot[t] = quot.get(t, 0) + k
         return _build(quot, quot_const + qc, d)
 
-    def _minmax(self, op: BinKind, a: Expr, b: Expr) -> Expr | None:
-        if a == b:
-            return a  # min(x, x) -> x
-        if a.dtype not in _INDEX or not (_is_index(a) and _is_index(b)):
-            return None
-        lo, hi = self.bound(self.binop(BinKind.SUB, a, b))
-        if op is BinKind.MIN:
-            if hi is not None and hi <= 0:
-                return a  # min(a, b) -> a when a <= b
-            if lo is not None and lo >= 0:
-                return b
-        else:
-            if lo is not None and lo >= 0:
-                return a
-            if hi is not None and hi <= 0:
-                return b
-        return None
+    def _mod(self, x: Expr, c: int) -> Expr:
+        lo, hi = self.bound(x)
+        if lo is not None and hi is not None and 0 <= lo and hi < c:
+            return x  # x % c -> x when 0 <= x < c
+        match x:
+            case BinOp(op=BinKind.FLOORMOD, a=y, b=Const(value=k)) if k % c == 0:
+                x = y  # (y % (k*c)) % c -> y % c
+        return BinOp(BinKind.FLOORMOD, x, Const(c, x.dtype))
 
-    def _compare(self, op: BinKind, a: Expr, b: Expr) -> Expr | None:
-        diff = self.binop(BinKind.SUB, a, b)
-        lo, hi = self.bound(diff)
-        yes, no = Const(True, "bool"), Const(False, "bool")
-        if op is BinKind.LT:
-            return yes if hi is not None and hi < 0 else no if lo is not None and lo >= 0 \
-                else None
-        if op is BinKind.LE:
-            return yes if hi is not None and hi <= 0 else no if lo is not None and lo > 0 \
-                else None
-        if lo is not None and lo == hi:
-            return Const((lo == 0) == (op is BinKind.EQ), "bool")
-        if (lo is not None and lo > 0) or (hi is not None and hi < 0):
-            return Const(op is BinKind.NE, "bool")
-        return None
+    def _div(self, x: Expr, c: int) -> Expr:
+        d = x.dtype
+        lo, hi = self.bound(x)
+        if lo is not None and hi is not None and lo // c == hi // c:
+            return Const(lo // c, d)  # x // c -> q when x // c is q over x's range
+        match x:
+            case BinOp(op=BinKind.FLOORDIV, a=y, b=Const(value=k)) if k > 0:
+                return BinOp(BinKind.FLOORDIV, y, Const(k * c, d))  # (y // k) // c -> y // (k*c)
+        return BinOp(BinKind.FLOORDIV, x, Const(c, d))
 
     def visit_Not(self, e):
         a = self.visit(e.a)
-        if isinstance(a, Const):
-            return Const(not a.value, "bool")  # !True -> False
-        if isinstance(a, Not):
-            return a.a  # !!x -> x
+        match a:
+            case Const(value=v):
+                return Const(not v, "bool")  # !True -> False ; !False -> True
+            case Not(a=x):
+                return x  # !!x -> x
         return e if a is e.a else Not(a)
 
     def visit_Select(self, e):
         c, t, f = self.visit(e.cond), self.visit(e.t), self.visit(e.f)
         if isinstance(c, Const):
-            return t if c.value else f  # select(True, t, f) -> t
+            return t if c.value else f  # select(True, t, f) -> t ; select(False, t, f) -> f
         if t == f:
             return t  # select(c, x, x) -> x
         return e if c is e.cond and t is e.t and f is e.f else Select(c, t, f)
@@ -346,53 +420,18 @@ class Simplifier(ExprMutator):
         if v.dtype == e.dtype:
             return v  # T(x: T) -> x
         if isinstance(v, Const):
-            with np.errstate(all="ignore"):
+            with np.errstate(all="ignore"):  # T(c) -> c converted as numpy does (wrapping)
                 return Const(np.array(v.value, v.dtype).astype(e.dtype).item(), e.dtype)
         return e if v is e.value else Cast(e.dtype, v)
 
     def visit_Call(self, e):
         args = tuple(self.visit(a) for a in e.args)
-        if len(args) == 1 and isinstance(args[0], Const) and e.name in _NP_CALL:
-            with np.errstate(all="ignore"):
-                r = _NP_CALL[e.name](np.array(args[0].value, e.dtype))
+        if all(isinstance(x, Const) for x in args):
+            # f(c) -> its value by the intrinsic's numpy function, where that is finite
+            r = INTRINSICS[e.name].fold(*(np.array(x.value, x.dtype) for x in args))
             if math.isfinite(float(r)):
                 return Const(r.item(), e.dtype)
         return e if all(x is y for x, y in zip(args, e.args)) else Call(e.name, args, e.dtype)
-
-
-def _is_index(e: Expr) -> bool:
-    """Integer arithmetic on variables and constants only (no loads or calls)."""
-    if isinstance(e, (Const, Var)):
-        return True
-    if isinstance(e, BinOp):
-        return _is_index(e.a) and _is_index(e.b)
-    if isinstance(e, Select):
-        return _is_index(e.t) and _is_index(e.f) and _is_index(e.cond)
-    if isinstance(e, (Cast, Not)):
-        return _is_index(e.value if isinstance(e, Cast) else e.a)
-    return False
-
-
-def _logic(op: BinKind, a: Expr, b: Expr) -> Expr | None:
-    for x, y in ((a, b), (b, a)):
-        if isinstance(x, Const):
-            if op is BinKind.AND:
-                return y if x.value else x  # True & y -> y ; False & y -> False
-            return x if x.value else y      # True | y -> True ; False | y -> y
-    if a == b:
-        return a
-    return None
-
-
-def _float_identity(op: BinKind, a: Expr, b: Expr) -> Expr | None:
-    one = isinstance(b, Const) and b.value == 1.0
-    if op in (BinKind.MUL, BinKind.DIV) and one:
-        return a  # x*1 -> x ; x/1 -> x
-    if op is BinKind.MUL and isinstance(a, Const) and a.value == 1.0:
-        return b  # 1*x -> x
-    if op is BinKind.SUB and isinstance(b, Const) and b.value == 0.0:
-        return a  # x-0 -> x
-    return None
 
 
 def simplify(e: Expr, ranges: dict | None = None) -> Expr:
