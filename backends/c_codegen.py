@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from ..errors import BuildError
 from ..lang import dtype as dt
 from ..lang.expr import BinKind, BinOp, Cast, Const, Expr, Var
+from ..lang.intrinsics import INTRINSICS, render
 from ..lang.simplify import const_bound, simplify, upper_bound
 from ..lang.visitor import ExprVisitor
 from ..schedule.lower import LoweredFunc
+from ..schedule.ranges import RangeContext
 from ..schedule.stmt import Buffer, For, ForKind, StmtVisitor
 from .c_math import helper_source
 from .sanitize import c_identifier, is_reserved
@@ -71,11 +73,6 @@ static inline int64_t lt_chk(int64_t i, int64_t n, int site, int *status) {
 }
 """
 
-_FLOAT_FN = {"exp": "exp", "log": "log", "log2": "log2", "log1p": "log1p", "sqrt": "sqrt",
-             "sin": "sin", "cos": "cos", "tanh": "tanh", "erf": "erf", "floor": "floor",
-             "ceil": "ceil", "round": "rint", "trunc": "trunc", "fabs": "fabs", "pow": "pow"}
-
-
 _WRAP_OPS = (BinKind.ADD, BinKind.SUB, BinKind.MUL)
 
 
@@ -91,11 +88,6 @@ def _reads_memory(e: Expr) -> bool:
     v = _ReadsMemory()
     v.visit(e)
     return v.found
-
-
-def _fn(name: str, dtype: str) -> str:
-    base = _FLOAT_FN[name]
-    return base + "f" if dtype in ("float32", "float16") else base
 
 
 class _CExpr(ExprVisitor):
@@ -127,11 +119,11 @@ class _CExpr(ExprVisitor):
         op, d = e.op, e.a.dtype
         if op is BinKind.FLOORDIV:
             if dt.is_float(d):
-                return f"{_fn('floor', d)}({a} / {b})"
+                return f"{INTRINSICS['floor'].c_name(d)}({a} / {b})"
             return self.gen.int_div(e, a, b, "/", "lt_floordiv")
         if op is BinKind.FLOORMOD:
             if dt.is_float(d):
-                return f"({a} - {_fn('floor', d)}({a} / {b}) * {b})"
+                return f"({a} - {INTRINSICS['floor'].c_name(d)}({a} / {b}) * {b})"
             return self.gen.int_div(e, a, b, "%", "lt_floormod")
         if op in (BinKind.MIN, BinKind.MAX):
             d = "int64" if d == "int32" else d  # index arithmetic runs in int64_t
@@ -159,21 +151,10 @@ class _CExpr(ExprVisitor):
         return f"(({dt.c_type(e.dtype)})({v}))"
 
     def visit_Call(self, e):
+        row = INTRINSICS[e.name]
         args = [self.visit(a) for a in e.args]
-        d = e.dtype
-        one = "1.0f" if d == "float32" else "1.0"
-        if e.name == "sigmoid":
-            exp = self.gen.exp_function(d)
-            return f"({one} / ({one} + {exp}(-({args[0]}))))"
-        if e.name == "exp":
-            return f"{self.gen.exp_function(d)}({args[0]})"
-        if e.name == "rsqrt":
-            return f"({one} / {_fn('sqrt', d)}({args[0]}))"
-        if e.name not in _FLOAT_FN:
-            raise BuildError(f"the C backend has no intrinsic '{e.name}'")
-        fn = _fn(e.name, d)
-        self.gen.math.add(fn)
-        return f"{fn}({', '.join(args)})"
+        fn = functools.partial(self.gen.math_function, dtype=e.dtype)
+        return render(row, args, e.dtype, None if row.c is None else fn(row.name), fn)
 
     def visit_BufferLoad(self, e):
         if self.gen.bounds_check and any(_reads_memory(i) for i in e.indices):
@@ -200,7 +181,7 @@ class CCodegen(StmtVisitor):
         self.depth = 1
         self.names: dict[tuple, str] = {}
         self.used: set[str] = set()
-        self.ranges: dict[Var, tuple[int, int]] = {}
+        self.ranges = RangeContext()     # facts of the loops and lets around the statement
         self.minmax: set[str] = set()
         self.math: set[str] = set()
         self.threads = threads
@@ -226,20 +207,21 @@ class CCodegen(StmtVisitor):
     def buf_name(self, b: Buffer) -> str:
         return self._unique(("b", b.uid), b.name)
 
-    def exp_function(self, dtype: str) -> str:
-        """The C function computing ``exp`` in ``dtype``: the inlined ``lt_expf`` for float32
-        (unless -libm-exp), the C library's otherwise."""
-        if dtype == "float32" and not self.libm_exp:
-            self.helpers.add("lt_expf")
-            return "lt_expf"
-        fn = _fn("exp", dtype)
+    def math_function(self, name: str, dtype: str) -> str:
+        """The C function computing the intrinsic ``name`` in ``dtype``: its inline float32
+        helper (``lt_expf``, unless -libm-exp), else the C library's."""
+        row = INTRINSICS[name]
+        if row.c_fast_f32 is not None and dtype == "float32" and not self.libm_exp:
+            self.helpers.add(row.c_fast_f32)
+            return row.c_fast_f32
+        fn = row.c_name(dtype)
         self.math.add(fn)
         return fn
 
     # ---- expressions -------------------------------------------------------------------
 
     def int_div(self, e, a: str, b: str, cop: str, helper: str) -> str:
-        lo, _ = const_bound(e.a, self.ranges)
+        lo, _ = const_bound(e.a, self.ranges.facts)
         if isinstance(e.b, Const) and e.b.value > 0 and lo is not None and lo >= 0:
             return f"({a} {cop} {b})"
         return f"{helper}({a}, {b})"
@@ -249,7 +231,7 @@ class CCodegen(StmtVisitor):
         for d, i in enumerate(indices):
             idx = i if idx is None else idx * _dim(buf.shape[d]) + i
         return self.expr.visit(simplify(idx if idx is not None else Const(0, "int32"),
-                                        self.ranges))
+                                        self.ranges.facts))
 
     def checked_load(self, e) -> str:
         """``buf[...]`` whose data-dependent indices are checked against their dimension at
@@ -262,7 +244,7 @@ class CCodegen(StmtVisitor):
             if _reads_memory(i):
                 while isinstance(i, Cast) and dt.is_int(i.dtype) and dt.is_int(i.value.dtype):
                     i = i.value             # check the index before it narrows to int32
-            text = self.expr.visit(simplify(i, self.ranges))
+            text = self.expr.visit(simplify(i, self.ranges.facts))
             if _reads_memory(i):
                 site = len(self.checks)
                 self.checks.append(BoundsCheck(buf.name, d, str(i), str(buf.shape[d])))
@@ -288,10 +270,8 @@ class CCodegen(StmtVisitor):
                              "target supports; build with target='opencl' or drop the bind")
         v = self.var_name(s.var)
         lo, ext = self.expr.visit(s.min), self.expr.visit(s.extent)
-        ub = upper_bound(s.extent, self.ranges)
-        mlo = const_bound(s.min, self.ranges)
-        if ub is not None and mlo[0] is not None and mlo[1] is not None:
-            self.ranges[s.var] = (mlo[0], mlo[1] + max(ub, 1) - 1)
+        ub = upper_bound(s.extent, self.ranges.facts)
+        self.ranges.push_loop(s.var, s.min, s.extent)
         if s.kind is ForKind.PARALLEL:
             if self.in_parallel == 0:
                 nt = f" num_threads({self.threads})" if self.threads else ""
@@ -310,7 +290,7 @@ class CCodegen(StmtVisitor):
         self.emit("}")
         if s.kind is ForKind.PARALLEL:
             self.in_parallel -= 1
-        self.ranges.pop(s.var, None)
+        self.ranges.pop()
 
     def visit_IfThenElse(self, s):
         self.emit(f"if ({self.expr.visit(s.cond)}) {{")
@@ -329,11 +309,9 @@ class CCodegen(StmtVisitor):
                   f"{self.expr.visit(s.value)};")
 
     def visit_LetStmt(self, s):
-        lo, hi = const_bound(s.value, self.ranges)
-        if lo is not None and hi is not None:
-            self.ranges[s.var] = (lo, hi)
         self.emit(f"const int64_t {self.var_name(s.var)} = {self.expr.visit(s.value)};")
-        self.visit(s.body)
+        with self.ranges.let(s.var, s.value):
+            self.visit(s.body)
 
     def visit_Allocate(self, s):
         b = s.buffer
@@ -435,13 +413,14 @@ def translation_unit(parts: list[CSource]) -> str:
     return PRELUDE + decls + helpers + "".join("\n" + p.function for p in parts)
 
 
+# each C library function of an intrinsic -> (its C type, its arity)
+_LIBM = {r.c_name(d): (t, r.arity) for r in INTRINSICS.values() if r.c is not None
+         for d, t in (("float64", "double"), ("float32", "float"))}
+
+
 def _proto(fn: str) -> str:
-    t = "float" if fn.endswith("f") and fn[:-1] in _FLOAT_FN.values() else "double"
-    args = ", ".join([t] * (2 if fn.startswith("pow") else 1))
-    return f"{t} {fn}({args});"
-
-
-_LIBMVEC = ("exp", "log", "log2", "log1p", "sin", "cos", "tanh", "erf", "pow")
+    t, arity = _LIBM[fn]
+    return f"{t} {fn}({', '.join([t] * arity)});"
 
 
 @functools.lru_cache(maxsize=None)
@@ -449,7 +428,8 @@ def vector_math_functions() -> frozenset:
     """The libm functions with SIMD variants here (glibc >= 2.35 libmvec on x86_64)."""
     if platform.machine() != "x86_64" or ctypes.util.find_library("mvec") is None:
         return frozenset()
-    return frozenset(n + sfx for n in _LIBMVEC for sfx in ("", "f"))
+    return frozenset(r.c_name(d) for r in INTRINSICS.values() if r.libmvec
+                     for d in ("float64", "float32"))
 
 
 def _factors(e: Expr) -> list[Expr]:
