@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from ..errors import BuildError, ScheduleError
 from ..lang import dtype as dt
 from ..lang.expr import Const, Expr, Var
+from ..lang.intrinsics import INTRINSICS, render
 from ..lang.simplify import const_bound, simplify, upper_bound
 from ..lang.tensor import PlaceholderOp
 from ..lang.visitor import ExprVisitor, collect_vars
@@ -59,12 +60,6 @@ typedef long int64_t;
 typedef ulong uint64_t;
 
 """ + FLOOR_HELPERS
-
-_CL_FN = {"exp": "exp", "log": "log", "log2": "log2", "log1p": "log1p", "sqrt": "sqrt",
-          "rsqrt": "rsqrt", "sin": "sin", "cos": "cos", "tanh": "tanh", "erf": "erf",
-          "floor": "floor", "ceil": "ceil", "round": "rint", "trunc": "trunc", "fabs": "fabs",
-          "pow": "pow"}
-
 
 @dataclass(frozen=True)
 class KernelInfo:
@@ -333,13 +328,9 @@ class _CLExpr(_CExpr):
         return super().visit_Const(e)
 
     def visit_Call(self, e):
+        row = INTRINSICS[e.name]
         args = [self.visit(a) for a in e.args]
-        if e.name == "sigmoid":
-            one = "1.0f" if e.dtype == "float32" else "1.0"
-            return f"({one} / ({one} + exp(-({args[0]}))))"
-        if e.name not in _CL_FN:
-            raise BuildError(f"the opencl backend has no intrinsic '{e.name}'")
-        return f"{_CL_FN[e.name]}({', '.join(args)})"
+        return render(row, args, e.dtype, row.opencl, lambda name: INTRINSICS[name].opencl)
 
 
 class _KernelGen(CCodegen):
