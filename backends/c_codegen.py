@@ -22,6 +22,7 @@ from ..lang.intrinsics import INTRINSICS, render
 from ..lang.simplify import const_bound, simplify, upper_bound
 from ..lang.visitor import ExprVisitor
 from ..schedule.lower import LoweredFunc
+from ..schedule.ranges import RangeContext
 from ..schedule.stmt import Buffer, For, ForKind, StmtVisitor
 from .c_math import helper_source
 from .sanitize import c_identifier, is_reserved
@@ -180,7 +181,7 @@ class CCodegen(StmtVisitor):
         self.depth = 1
         self.names: dict[tuple, str] = {}
         self.used: set[str] = set()
-        self.ranges: dict[Var, tuple[int, int]] = {}
+        self.ranges = RangeContext()     # facts of the loops and lets around the statement
         self.minmax: set[str] = set()
         self.math: set[str] = set()
         self.threads = threads
@@ -220,7 +221,7 @@ class CCodegen(StmtVisitor):
     # ---- expressions -------------------------------------------------------------------
 
     def int_div(self, e, a: str, b: str, cop: str, helper: str) -> str:
-        lo, _ = const_bound(e.a, self.ranges)
+        lo, _ = const_bound(e.a, self.ranges.facts)
         if isinstance(e.b, Const) and e.b.value > 0 and lo is not None and lo >= 0:
             return f"({a} {cop} {b})"
         return f"{helper}({a}, {b})"
@@ -230,7 +231,7 @@ class CCodegen(StmtVisitor):
         for d, i in enumerate(indices):
             idx = i if idx is None else idx * _dim(buf.shape[d]) + i
         return self.expr.visit(simplify(idx if idx is not None else Const(0, "int32"),
-                                        self.ranges))
+                                        self.ranges.facts))
 
     def checked_load(self, e) -> str:
         """``buf[...]`` whose data-dependent indices are checked against their dimension at
@@ -243,7 +244,7 @@ class CCodegen(StmtVisitor):
             if _reads_memory(i):
                 while isinstance(i, Cast) and dt.is_int(i.dtype) and dt.is_int(i.value.dtype):
                     i = i.value             # check the index before it narrows to int32
-            text = self.expr.visit(simplify(i, self.ranges))
+            text = self.expr.visit(simplify(i, self.ranges.facts))
             if _reads_memory(i):
                 site = len(self.checks)
                 self.checks.append(BoundsCheck(buf.name, d, str(i), str(buf.shape[d])))
@@ -269,10 +270,8 @@ class CCodegen(StmtVisitor):
                              "target supports; build with target='opencl' or drop the bind")
         v = self.var_name(s.var)
         lo, ext = self.expr.visit(s.min), self.expr.visit(s.extent)
-        ub = upper_bound(s.extent, self.ranges)
-        mlo = const_bound(s.min, self.ranges)
-        if ub is not None and mlo[0] is not None and mlo[1] is not None:
-            self.ranges[s.var] = (mlo[0], mlo[1] + max(ub, 1) - 1)
+        ub = upper_bound(s.extent, self.ranges.facts)
+        self.ranges.push_loop(s.var, s.min, s.extent)
         if s.kind is ForKind.PARALLEL:
             if self.in_parallel == 0:
                 nt = f" num_threads({self.threads})" if self.threads else ""
@@ -291,7 +290,7 @@ class CCodegen(StmtVisitor):
         self.emit("}")
         if s.kind is ForKind.PARALLEL:
             self.in_parallel -= 1
-        self.ranges.pop(s.var, None)
+        self.ranges.pop()
 
     def visit_IfThenElse(self, s):
         self.emit(f"if ({self.expr.visit(s.cond)}) {{")
@@ -310,11 +309,9 @@ class CCodegen(StmtVisitor):
                   f"{self.expr.visit(s.value)};")
 
     def visit_LetStmt(self, s):
-        lo, hi = const_bound(s.value, self.ranges)
-        if lo is not None and hi is not None:
-            self.ranges[s.var] = (lo, hi)
         self.emit(f"const int64_t {self.var_name(s.var)} = {self.expr.visit(s.value)};")
-        self.visit(s.body)
+        with self.ranges.let(s.var, s.value):
+            self.visit(s.body)
 
     def visit_Allocate(self, s):
         b = s.buffer
