@@ -70,5 +70,6 @@ class Combiner(enum.Enum):
         return BinOp(self.op, acc, x)
 
     def reduce_np(self, x: np.ndarray, axis=None, keepdims: bool = False) -> np.ndarray:
-        """The numpy reference: ``x`` reduced over ``axis`` with this operator."""
-        return self.ufunc.reduce(x, axis=axis, keepdims=keepdims)
+        """The numpy reference: ``x`` reduced over ``axis`` with this operator, accumulated in
+        ``x``'s dtype as looptune does (integers wrap; ``np.sum`` would widen uint8 to uint64)."""
+        return self.ufunc.reduce(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
