@@ -235,7 +235,8 @@ def _affine(s: Simplifier, op: BinKind, a: Expr, b: Expr) -> Expr | None:
 
 
 def _divmod_const(s: Simplifier, op: BinKind, a: Expr, b: Expr) -> Expr | None:
-    """index x // c, x % c with a constant c > 0: multiples of c split off, ranges decide."""
+    """index (c*k*t + r) // c -> k*t + r // c ; (c*k*t + r) % c -> r % c (constant c > 0;
+    the ranges then decide r // c and r % c, see Simplifier._divmod)"""
     if op in (BinKind.FLOORDIV, BinKind.FLOORMOD) and isinstance(b, Const) and b.value > 0 \
             and _both_index(a, b):
         return s._divmod(op, a, b.value)
