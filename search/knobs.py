@@ -35,7 +35,9 @@ def _stage(s, T):
     return T if isinstance(T, Stage) else s[T]
 
 
-def _constant_extent(what: str, loop) -> int:
+def constant_extent(what: str, loop) -> int:
+    """The constant extent of ``loop`` (an IterVar or an int) that knob ``what`` splits or
+    orders; a LooptuneError naming ``what`` when it has none."""
     if isinstance(loop, bool):
         raise LooptuneError(f"{what}: expected a loop or an int extent; got {loop!r}")
     if isinstance(loop, int):

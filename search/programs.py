@@ -64,11 +64,11 @@ def canonical(task, config: ConfigEntity) -> tuple[ConfigEntity, str | None]:
 
 def _dag_text(tensors) -> str:
     from ..lang.tensor import ComputeOp
-    from ..schedule.schedule import _topo_ops
+    from ..schedule.schedule import topo_ops
     outs = [t for t in tensors if isinstance(t.op, ComputeOp)]
     return "\n".join(f"{op.output.name}|{list(op.output.shape)}|{op.output.dtype}|"
                      f"{op.body if isinstance(op, ComputeOp) else 'placeholder'}"
-                     for op in _topo_ops(outs))
+                     for op in topo_ops(outs))
 
 
 class ProgramSet:

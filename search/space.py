@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import LooptuneError
-from .knobs import AnnotateKnob, Knob, OtherKnob, ReorderKnob, SplitKnob, _constant_extent, \
+from .knobs import AnnotateKnob, Knob, OtherKnob, ReorderKnob, SplitKnob, constant_extent, \
     jsonable
 
 log = logging.getLogger("looptune.search.space")
@@ -49,7 +49,7 @@ class _Config:
         ``max_factor`` caps every inner factor; ``filter(SplitEntity) -> bool`` prunes.
         Apply with ``cfg[name].apply(s, T, loop)`` -> loops outermost first.
         """
-        ext = _constant_extent(f"define_split('{name}')", loop)
+        ext = constant_extent(f"define_split('{name}')", loop)
         self._define(name, lambda: SplitKnob(ext, num_outputs, policy, candidate, max_factor,
                                              allow_non_divisible, filter))
 
