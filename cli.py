@@ -221,7 +221,7 @@ def _tune_parser(sub) -> None:
     t = sub.add_parser("tune", help="tune an operator's template, logging every candidate")
     _op_args(t)
     t.add_argument("--args", help="comma-separated template arguments (default: the file's)")
-    t.add_argument("--tuner", choices=TUNERS, default="ga", help="search strategy (default: ga)")
+    t.add_argument("--tuner", choices=list(TUNERS), default="ga", help="search strategy (default: ga)")
     t.add_argument("--auto", action="store_true",
                    help="tune a space generated from the operator's algorithm (no template)")
     t.add_argument("--trials", type=_positive(int), default=None,
@@ -262,14 +262,7 @@ def _tune_parser(sub) -> None:
     t.set_defaults(func=cmd_tune)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
-    p = _Parser(prog="looptune", description=__doc__.split("\n\n")[0])
-    p.add_argument("--version", action="version", version=f"looptune {__version__}",
-                   help="print looptune's version and exit")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    _tune_parser(sub)
-
+def _show_parser(sub) -> None:
     s = sub.add_parser("show", help="print the loop nest, C source or steps of a schedule")
     _op_args(s)
     s.add_argument("--args", help="comma-separated template arguments (default: the file's)")
@@ -283,14 +276,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "buffer sizes; '-': standard output)")
     s.set_defaults(func=cmd_show)
 
-    b = sub.add_parser("bench", help="time operators against their numpy reference")
-    _op_args(b, many=True)
-    b.add_argument("--args", help="arguments for every operator (default: each file's)")
-    _log_args(b, "also time the best tuned config of this log")
-    b.add_argument("--repeat", type=_positive(int), default=7,
-                   help="interleaved rounds of looptune and numpy (default: 7)")
-    b.set_defaults(func=cmd_bench)
 
+def _export_parser(sub) -> None:
     e = sub.add_parser("export", help="export operators as a C library (.so .a .h .c)")
     e.add_argument("files", nargs="+", metavar="FILE", help="operator files")
     e.add_argument("--args", help="arguments for every operator (default: each file's)")
@@ -301,6 +288,25 @@ def build_parser() -> argparse.ArgumentParser:
     from .export_cli import add_march_argument
     add_march_argument(e)
     e.set_defaults(func=cmd_export)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+    p = _Parser(prog="looptune", description=__doc__.split("\n\n")[0])
+    p.add_argument("--version", action="version", version=f"looptune {__version__}",
+                   help="print looptune's version and exit")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _tune_parser(sub)
+    _show_parser(sub)
+
+    b = sub.add_parser("bench", help="time operators against their numpy reference")
+    _op_args(b, many=True)
+    b.add_argument("--args", help="arguments for every operator (default: each file's)")
+    _log_args(b, "also time the best tuned config of this log")
+    b.add_argument("--repeat", type=_positive(int), default=7,
+                   help="interleaved rounds of looptune and numpy (default: 7)")
+    b.set_defaults(func=cmd_bench)
+    _export_parser(sub)
 
     r = sub.add_parser("report", help="tuning curves, error kinds and the best configs")
     r.add_argument("logs", nargs="+", metavar="LOG", help="tuning logs ('-': standard input)")

@@ -16,22 +16,21 @@ import os
 import time
 
 from looptune.search import (
-    GATuner,
     MeasureOption,
     Measurer,
-    RandomTuner,
     create_task,
     load_records,
     log_to_file,
     progress_bar,
 )
+from looptune.search.tuners import make_tuner
 from search_efficiency import TASKS  # its sgemm template (se_matmul): one template for both
 
 
-def run(name: str, cls, task, trials: int, log: str, opt: MeasureOption) -> dict:
+def run(name: str, task, trials: int, log: str, opt: MeasureOption) -> dict:
     if os.path.exists(log):
         os.remove(log)
-    tuner = cls(task, seed=0)
+    tuner = make_tuner(name, task, seed=0)
     load0 = os.getloadavg()[0]
     t0 = time.monotonic()
     tuner.tune(trials, opt, callbacks=[log_to_file(log), progress_bar()])
@@ -86,11 +85,10 @@ def main() -> None:
     task = create_task(TASKS["matmul"][0], (args.n, args.n, args.n))
     print(task.config_space)
     opt = MeasureOption(number=args.number, repeat=args.repeat, timeout=10, n_parallel=2)
-    tuners = {"ga": GATuner, "random": RandomTuner}
     results, logs = [], {}
     for name in args.tuners.split(","):
         logs[name] = os.path.join(args.out, f"matmul{args.n}_{name}.jsonl")
-        results.append(run(name, tuners[name], task, args.trials, logs[name], opt))
+        results.append(run(name, task, args.trials, logs[name], opt))
         print(json.dumps(results[-1]), flush=True)
     if args.verify:
         vopt = MeasureOption(number=args.number, repeat=5, timeout=10, n_parallel=1,

@@ -51,7 +51,7 @@ def add_parsers(sub, bench: argparse.ArgumentParser) -> None:
                         "limit with --seconds)")
     c.add_argument("--seconds", type=float, default=None,
                    help="with --tune: wall-clock budget of the tuning in seconds")
-    c.add_argument("--tuner", choices=TUNERS, default="gbt",
+    c.add_argument("--tuner", choices=list(TUNERS), default="gbt",
                    help="with --tune: search strategy per kernel (default: gbt)")
     c.add_argument("--log", action="append", metavar="LOG",
                    help="tuning log: --tune appends to it (default PATH.jsonl); without "

@@ -52,7 +52,7 @@ from ..search.log import load_records
 from ..search.measure import MeasureOption, Measurer, MeasureResult
 from ..search.task import Task
 from ..search.tuner import Tuner, TuningError, _StopOnSigint
-from ..search.tuners import TUNERS, make_tuner
+from ..search.tuners import make_tuner, tuner_class
 from .task_scheduler import Pick, TaskScheduler
 
 log = logging.getLogger("looptune.graph.tune")
@@ -328,8 +328,7 @@ def tune_tasks(tasks: Sequence[ModelTask], trials: int | None = None,
     _check_budget(trials, seconds)
     if not tasks:
         raise LooptuneError("tune: the model has no kernels to tune")
-    if tuner not in TUNERS:
-        raise LooptuneError(f"tune: tuner must be one of {', '.join(TUNERS)}; got {tuner!r}")
+    tuner_class(tuner, "tune")
     option = measure_option or MeasureOption()
     rt = round_trials or _round_size(trials, len(tasks), option.n_parallel)
     sessions = [_Session(mt, make_tuner(tuner, mt.task, seed), option) for mt in tasks]

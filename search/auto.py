@@ -61,13 +61,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import pickle
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from ..backends.target import Target
 from ..errors import LooptuneError, ScheduleError
 from ..lang.tensor import ComputeOp, PlaceholderOp, Tensor
-from ..schedule.schedule import Schedule, _topo_ops, create_schedule
+from ..schedule.schedule import Schedule, create_schedule, topo_ops
 from . import auto_cpu as cpu
 from . import auto_gpu as gpu_rules
 from .auto_rules import (
@@ -82,8 +82,8 @@ from .auto_rules import (
     row_consumers,
 )
 from .task import Task
-from .template import _REGISTRY, Template
-from .tuners import TUNERS, make_tuner
+from .template import DagTemplate, find_template, register
+from .tuners import make_tuner, tuner_class
 
 SKETCH_VERSION = 6     # 2: row statistics computed per row of their output
                       # 3: epilogue chains (contraction -> bias -> activation)
@@ -113,7 +113,7 @@ def _check_args(tensors) -> list[Tensor]:
         raise LooptuneError("auto_schedule: the arguments hold no computed tensor; add the "
                             "output (an lt.compute result) to the list")
     given = {id(t) for t in out}
-    for op in _topo_ops(outputs):
+    for op in topo_ops(outputs):
         if isinstance(op, PlaceholderOp) and id(op.output) not in given:
             raise LooptuneError(f"auto_schedule: placeholder '{op.output.name}' is read by "
                                 f"the computation but is not among the arguments; add it to "
@@ -129,7 +129,7 @@ def dag_digest(tensors: Sequence[Tensor], machine: Machine | None = None) -> str
     outputs = [t for t in tensors if not isinstance(t.op, PlaceholderOp)]
     lines = []
     ids = {}
-    for op in _topo_ops(outputs):
+    for op in topo_ops(outputs):
         ids[id(op)] = len(ids)
         t = op.output
         body = str(op.body) if isinstance(op, ComputeOp) else "placeholder"
@@ -164,7 +164,34 @@ def sketch(cfg, tensors: list[Tensor], gpu: bool = False,
     from the compute ops' loops; then the choices are applied."""
     machine = machine or machine_of("opencl" if gpu else "c")
     outputs = [t for t in tensors if not isinstance(t.op, PlaceholderOp)]
-    s = create_schedule(outputs)
+    plan = _plan(create_schedule(outputs), outputs, gpu, machine)
+    _define_knobs(cfg, plan)
+    _apply_choices(cfg, plan)
+    return plan.s, tensors
+
+
+@dataclass
+class _Plan:
+    """What the sketch rules make of a schedule's stages, before any knob is read."""
+
+    s: Schedule
+    gpu: bool
+    machine: Machine
+    stages: list            # the compute stages, producers first
+    names: dict             # id(stage) -> its knobs' prefix
+    epis: dict              # id(contraction) -> its Epilogue
+    chained: list           # epilogue stages, inlined into their output
+    fused: set              # ids of epilogue outputs and chained stages
+    inlinable: list         # injective intermediates (knob <stage>.inline)
+    rooted: list            # stages scheduled at root, consumers first
+    per_row: dict           # id(stage) -> the output it may be computed per row of
+    plans: dict             # id(contraction) -> its TilePlan (C target)
+    inline_first: dict      # id(inlinable stage) -> the fallback inlines it
+    threads: list           # the knob 'parallel''s choices (none: no knob)
+    lanes: set = field(default_factory=set)   # stages with a knob <stage>.lanes (rfactor)
+
+
+def _plan(s: Schedule, outputs: list[Tensor], gpu: bool, machine: Machine) -> _Plan:
     out_ids = {id(t) for t in outputs}
     stages = [st for st in s.stages if isinstance(st.op, ComputeOp)]
     used: set[str] = set()
@@ -179,51 +206,57 @@ def sketch(cfg, tensors: list[Tensor], gpu: bool = False,
     per_row = {} if gpu else row_consumers(s, stages, outputs, fused)
     plans = {id(st): plan_tiles(st.op, machine) for st in rooted
              if not gpu and is_contraction(st.op)}
-    lanes: set[int] = set()          # stages with a knob <stage>.lanes (the rfactor rule)
-    # 1. the knobs
-    inlined = {id(c.op) for c in chained}          # by the fallback
-    for st in inlinable:
-        first = not materialize_first(s, st)
-        cfg.define_knob(f"{names[id(st)]}.inline", [first, not first])
-        if first:
-            inlined.add(id(st.op))
-    for st in stages:
-        if id(st) in per_row and cpu.row_knobs(cfg, st.op, names[id(st)], machine):
-            lanes.add(id(st))
-    for st in rooted:
-        name = names[id(st)]
-        if gpu:
-            gpu_rules.gpu_knobs(cfg, st.op, name, is_contraction(st.op) and id(st) not in epis)
-        elif id(st) in plans:
-            cpu.contraction_knobs(cfg, name, plans[id(st)], id(st) in epis)
-        elif cpu.simple_knobs(cfg, st.op, name, machine, lanes=id(st) not in per_row):
-            lanes.add(id(st))
+    inline_first = {id(st): not materialize_first(s, st) for st in inlinable}
+    inlined = {id(c.op) for c in chained} | {id(st.op) for st in inlinable
+                                             if inline_first[id(st)]}     # by the fallback
     threads = [] if gpu else parallel_choices([st.op for st in stages], machine, inlined)
-    if threads:
-        cfg.define_knob("parallel", threads)
-    # 2. the choices
-    for st in chained:
+    return _Plan(s, gpu, machine, stages, names, epis, chained, fused, inlinable, rooted,
+                 per_row, plans, inline_first, threads)
+
+
+def _define_knobs(cfg, p: _Plan) -> None:
+    """Define every knob, in a fixed order (the config space's), and note in ``p.lanes``
+    the stages that got a knob ``<stage>.lanes``."""
+    for st in p.inlinable:
+        first = p.inline_first[id(st)]
+        cfg.define_knob(f"{p.names[id(st)]}.inline", [first, not first])
+    for st in p.stages:
+        if id(st) in p.per_row and cpu.row_knobs(cfg, st.op, p.names[id(st)], p.machine):
+            p.lanes.add(id(st))
+    for st in p.rooted:
+        name = p.names[id(st)]
+        if p.gpu:
+            gpu_rules.gpu_knobs(cfg, st.op, name, is_contraction(st.op) and id(st) not in p.epis)
+        elif id(st) in p.plans:
+            cpu.contraction_knobs(cfg, name, p.plans[id(st)], id(st) in p.epis)
+        elif cpu.simple_knobs(cfg, st.op, name, p.machine, lanes=id(st) not in p.per_row):
+            p.lanes.add(id(st))
+    if p.threads:
+        cfg.define_knob("parallel", p.threads)
+
+
+def _apply_choices(cfg, p: _Plan) -> None:
+    """Schedule the stages as ``cfg`` chooses: inlining, rows, then each root stage."""
+    for st in p.chained:
         st.compute_inline()
-    for st in inlinable:
-        if cfg[f"{names[id(st)]}.inline"].val:
+    for st in p.inlinable:
+        if cfg[f"{p.names[id(st)]}.inline"].val:
             st.compute_inline()
-    at_row = _rows_attached(cfg, s, stages, per_row, names)
-    attached = {id(p) for ps in at_row.values() for p in ps}
-    par = bool(threads) and cfg["parallel"].val
-    for st in rooted:
+    at_row = _rows_attached(cfg, p.s, p.stages, p.per_row, p.names)
+    attached = {id(x) for xs in at_row.values() for x in xs}
+    par = bool(p.threads) and cfg["parallel"].val
+    for st in p.rooted:
         if st.attach[0] == "inline" or id(st) in attached:
             continue
-        name = names[id(st)]
-        if gpu:
-            gpu_rules.gpu_bind(cfg, s, st.tensor, name, is_contraction(st.op), epis.get(id(st)))
-        elif id(st) in plans:
-            cpu.tile_contraction(cfg, s, st.tensor, name, plans[id(st)], epis.get(id(st)),
-                                 par)
+        name, epi, t = p.names[id(st)], p.epis.get(id(st)), st.tensor
+        if p.gpu:
+            gpu_rules.gpu_bind(cfg, p.s, t, name, is_contraction(st.op), epi)
+        elif id(st) in p.plans:
+            cpu.tile_contraction(cfg, p.s, t, name, p.plans[id(st)], epi, par)
         elif id(st) in at_row:
-            cpu.per_row(cfg, s, st.tensor, names, at_row[id(st)], lanes, par)
+            cpu.per_row(cfg, p.s, t, p.names, at_row[id(st)], p.lanes, par)
         else:
-            cpu.vectorize_parallel(cfg, s, st.tensor, name, id(st) in lanes, par)
-    return s, tensors
+            cpu.vectorize_parallel(cfg, p.s, t, name, id(st) in p.lanes, par)
 
 
 def _rows_attached(cfg, s: Schedule, stages, per_row: dict, names: dict) -> dict:
@@ -247,23 +280,21 @@ def _rows_attached(cfg, s: Schedule, stages, per_row: dict, names: dict) -> dict
 # ---- the task ---------------------------------------------------------------------------------
 
 def _template_for(tensors: list[Tensor], digest: str, gpu: bool, machine: Machine
-                  ) -> Template:
+                  ) -> DagTemplate:
+    """The registered DAG template of ``tensors`` (these very objects), else a new one."""
     name = f"auto_{'gpu_' if gpu else ''}{digest}"
-    tpl = _REGISTRY.get(name)
-    if tpl is not None and getattr(tpl, "auto_tensors", None) is not None:
-        old = tpl.auto_tensors
-        if len(old) == len(tensors) and all(a is b for a, b in zip(old, tensors)):
-            return tpl
+    tpl = find_template(name)
+    if isinstance(tpl, DagTemplate) and tpl.holds(tensors):
+        return tpl
+    options = {"gpu": gpu, "simd_bytes": machine.simd_bytes, "threads": machine.threads}
+    return register(DagTemplate(name, tensors, machine_sketch, options))
 
-    def auto(cfg):
-        return sketch(cfg, tensors, gpu=gpu, machine=machine)
-    auto.__qualname__ = auto.__name__ = name
-    tpl = Template(name, auto)
-    tpl.steps_identify_program = True
-    tpl.auto_tensors = tensors
-    tpl.dag = pickle.dumps(tensors)
-    _REGISTRY[name] = tpl
-    return tpl
+
+def machine_sketch(cfg, tensors: list[Tensor], gpu: bool, simd_bytes: int | None,
+                   threads: int) -> tuple[Schedule, list[Tensor]]:
+    """:func:`sketch` for the machine of ``simd_bytes`` and ``threads``: the sketch of the
+    auto tasks' :class:`DagTemplate` (whose options are JSON values, a machine's fields)."""
+    return sketch(cfg, tensors, gpu=gpu, machine=Machine(simd_bytes, threads))
 
 
 def auto_task(tensors: Sequence[Tensor], target="c") -> Task:
@@ -273,15 +304,6 @@ def auto_task(tensors: Sequence[Tensor], target="c") -> Task:
     gpu = Target.parse(target).kind == "opencl"
     machine = machine_of(target)
     return Task(_template_for(args, dag_digest(args, machine), gpu, machine), (), target)
-
-
-def task_from_dag(spec: dict) -> Task:
-    """In a worker process: the auto task of a :meth:`Task.spec` that carries the DAG."""
-    tensors = pickle.loads(spec["dag"])
-    gpu = Target.parse(spec["target"]).kind == "opencl"
-    digest = spec["name"][len("auto_gpu_" if gpu else "auto_"):]
-    machine = machine_of(spec["target"])
-    return Task(_template_for(tensors, digest, gpu, machine), (), spec["target"])
 
 
 def auto_schedule(tensors: Sequence[Tensor], trials: int = 200, log_file: str | None = None,
@@ -305,13 +327,11 @@ def auto_schedule(tensors: Sequence[Tensor], trials: int = 200, log_file: str | 
     if trials == 0 and not log_file:
         raise LooptuneError("auto_schedule: trials=0 reads the best schedule from log_file; "
                             "give log_file, or trials >= 1")
-    if isinstance(tuner, str) and tuner not in TUNERS:
-        raise LooptuneError(f"auto_schedule: tuner must be one of {', '.join(TUNERS)} (or a "
-                            f"Tuner class); got {tuner!r}")
+    tuner_class(tuner, "auto_schedule")
     task = auto_task(tensors, target)
     best_index = None
     if trials > 0:
-        t = make_tuner(tuner, task, seed) if isinstance(tuner, str) else tuner(task, seed=seed)
+        t = make_tuner(tuner, task, seed)
         callbacks = [log_to_file(log_file)] if log_file else []
         resume = bool(resume and log_file and os.path.exists(log_file))
         opt = measure_option or MeasureOption()

@@ -283,7 +283,8 @@ def row_consumers(s, stages, outputs, fused) -> dict:
     for st in stages:
         if st.is_output or id(st) in fused or is_contraction(st.op):
             continue
-        readers = [o for o in cpu_outputs if s._reads_transitively(o, st)]
+        below = downstream(s, st)
+        readers = [o for o in cpu_outputs if id(o) in below]
         if len(readers) != 1:
             continue
         o = readers[0]
@@ -292,6 +293,18 @@ def row_consumers(s, stages, outputs, fused) -> dict:
         shape, oshape = [extent(a) for a in st.op.axis], [extent(a) for a in o.op.axis]
         if shape in (oshape, oshape[:-1]):
             out[id(st)] = o
+    return out
+
+
+def downstream(s, st) -> set[int]:
+    """Ids of the stages that read ``st``, directly or through other stages."""
+    out: set[int] = set()
+    stack = [st]
+    while stack:
+        for r in s.readers(stack.pop()):
+            if id(r) not in out:
+                out.add(id(r))
+                stack.append(r)
     return out
 
 

@@ -2,18 +2,13 @@
 
 ``create_task`` runs the template once with a :class:`ConfigSpace` to collect the knobs, and
 counts the FLOPs of the compute DAG it returns. ``task.instantiate(config)`` runs it again with
-one config. Worker processes rebuild a task from :meth:`Task.spec` (template name, args,
-target, and the template's module and file so that they can import it).
+one config. Worker processes rebuild a task from :meth:`Task.spec`: the args, the target and
+the template's own spec (:meth:`Template.spec`, re-created by its kind).
 """
 from __future__ import annotations
 
-import hashlib
-import importlib
-import importlib.util
 import logging
-import os
 import re
-import sys
 from typing import Any
 
 from ..errors import LooptuneError, ScheduleError
@@ -21,7 +16,7 @@ from ..lang.tensor import Tensor
 from ..schedule.schedule import Schedule
 from .flops import count_flop
 from .space import ConfigEntity, ConfigSpace, FallbackConfig
-from .template import TaskKey, Template, canonical_target, get_template, template_from_pickle
+from .template import TaskKey, Template, canonical_target, get_template, template_from_spec
 
 log = logging.getLogger("looptune.search.task")
 
@@ -90,13 +85,10 @@ class Task:
         return out
 
     def spec(self) -> dict[str, Any]:
-        """What a worker process needs to rebuild this task."""
-        spec = {"name": self.name, "args": list(self.args), "target": self.target}
-        dag = getattr(self.template, "dag", None)
-        if dag is not None:       # an auto_schedule task: no module defines its template
-            return {**spec, "module": self.template.module, "file": self.template.file,
-                    "dag": dag}
-        return {**spec, **self.template.worker_spec()}     # "pickled": see template.py
+        """What a worker process needs to rebuild this task (JSON-able): the template's
+        spec (its kind, name and how to find or re-create it), the args and the target."""
+        return {**self.template.spec(), "name": self.name, "args": list(self.args),
+                "target": self.target}
 
     def __repr__(self) -> str:
         return (f"Task({self.name}{_short(self.args)}, target='{self.target}', "
@@ -124,44 +116,11 @@ def create_task(name: str, args=(), target="c") -> Task:
 _TASKS: dict[tuple, Task] = {}
 
 
-def load_template(name: str, module: str | None, file: str | None) -> Template:
-    """Find template ``name``: registered already, else import ``module`` by name, else load
-    ``file`` (a script such as examples/matmul.py)."""
-    try:
-        return get_template(name)
-    except LooptuneError:
-        pass
-    errors = []
-    if module and module not in ("__main__", "__mp_main__"):
-        try:
-            importlib.import_module(module)
-            return get_template(name)
-        except Exception as e:  # noqa: BLE001 - fall back to the file, report both below
-            errors.append(f"import {module}: {type(e).__name__}: {e}")
-    if file and os.path.exists(file):
-        mod_name = "_looptune_tpl_" + hashlib.sha1(file.encode()).hexdigest()[:12]
-        spec = importlib.util.spec_from_file_location(mod_name, file)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[mod_name] = mod
-        try:
-            spec.loader.exec_module(mod)
-            return get_template(name)
-        except Exception as e:  # noqa: BLE001
-            errors.append(f"load {file}: {type(e).__name__}: {e}")
-    raise LooptuneError(f"template '{name}' could not be loaded in a worker process "
-                        f"(module {module!r}, file {file!r}): {'; '.join(errors) or 'not found'}"
-                        "; define templates in an importable module or a script file")
-
-
 def task_from_spec(spec: dict) -> Task:
     """The task a :meth:`Task.spec` describes (cached per process)."""
     key = (spec["name"], repr(spec["args"]), spec["target"])
     task = _TASKS.get(key)
-    if task is None and spec.get("dag") is not None:
-        from .auto import task_from_dag
-        task = _TASKS[key] = task_from_dag(spec)
     if task is None:
-        tpl = template_from_pickle(spec["name"], spec["pickled"]) if spec.get("pickled") \
-            else load_template(spec["name"], spec.get("module"), spec.get("file"))
-        task = _TASKS[key] = Task(tpl, tuple(spec["args"]), spec["target"])
+        task = _TASKS[key] = Task(template_from_spec(spec), tuple(spec["args"]),
+                                  spec["target"])
     return task

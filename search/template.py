@@ -10,15 +10,27 @@
 
 During tuning, a :class:`~looptune.search.task.Task` calls the function with one specific
 :class:`~looptune.search.space.ConfigEntity` instead (``Template.func``).
+
+Templates come in kinds (:data:`TEMPLATE_KINDS`): a ``function`` template is a decorated
+function, found in a worker process by its module or file (or sent by value); a ``dag``
+template (:class:`DagTemplate`, the auto scheduler's) carries its compute DAG and the name of
+the sketch function that schedules it. ``template.spec()`` is the JSON-able description a
+worker process re-creates it from (:func:`template_from_spec`).
 """
 from __future__ import annotations
 
+import base64
 import contextvars
+import hashlib
+import importlib
+import importlib.util
 import inspect
 import logging
 import os
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+import pickle
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -27,6 +39,7 @@ from ..errors import LooptuneError
 from .space import FallbackConfig
 
 if TYPE_CHECKING:
+    from ..lang.tensor import Tensor
     from .space import ConfigEntity
 
 log = logging.getLogger("looptune.search.template")
@@ -76,6 +89,8 @@ def canonical_target(target) -> str:
 class Template:
     """A registered template: call it like the function without ``cfg``."""
 
+    kind: ClassVar[str] = "function"
+
     def __init__(self, name: str, func: Callable):
         self.name = name
         self.func = func
@@ -114,14 +129,22 @@ class Template:
             return True
         return bool(self.file) and os.path.isfile(self.file)
 
-    def worker_spec(self) -> dict[str, Any]:
-        """How a worker process finds this template (part of :meth:`Task.spec`): its module
-        and file, plus the function itself by value (cloudpickle) when it is not
-        :attr:`importable`."""
-        spec: dict[str, Any] = {"module": self.module, "file": self.file}
+    def spec(self) -> dict[str, Any]:
+        """What a worker process needs to re-create this template (JSON-able; part of
+        :meth:`Task.spec`): its kind, name, module and file, plus the function itself by value
+        (cloudpickle, base64) when it is not :attr:`importable`."""
+        spec: dict[str, Any] = {"kind": self.kind, "name": self.name, "module": self.module,
+                                "file": self.file}
         if not self.importable:
-            spec["pickled"] = self._pickled()
+            spec["pickled"] = base64.b64encode(self._pickled()).decode("ascii")
         return spec
+
+    @classmethod
+    def from_spec(cls, spec: dict[str, Any]) -> Template:
+        """In a worker process: the template a :meth:`spec` describes (registered)."""
+        if spec.get("pickled"):
+            return template_from_pickle(spec["name"], spec["pickled"])
+        return load_template(spec["name"], spec.get("module"), spec.get("file"))
 
     def _pickled(self) -> bytes:
         where = self.file if self.file and not self.file.startswith("<") else None
@@ -195,6 +218,76 @@ class Template:
         return f"Template({self.name!r}, {self.module}.{self.__name__})"
 
 
+class DagTemplate(Template):
+    """A template generated from a compute DAG, not written by hand (the auto scheduler's).
+
+    It holds the build arguments ``tensors`` (placeholders and outputs, in call order) and a
+    module-level ``sketch(cfg, tensors, **options) -> (schedule, tensors)`` with JSON-able
+    ``options``; it takes no arguments of its own. Its :meth:`spec` carries the DAG by value
+    (pickled, base64) and the sketch by its import name, so a worker process re-creates it
+    with :meth:`from_spec`. A config changes only the schedule's steps, so configs with equal
+    steps are one program (``steps_identify_program``).
+    """
+
+    kind: ClassVar[str] = "dag"
+
+    def __init__(self, name: str, tensors: Sequence[Tensor], sketch: Callable,
+                 options: dict[str, Any] | None = None):
+        qualname = getattr(sketch, "__qualname__", "")
+        if not callable(sketch) or not qualname or "<locals>" in qualname \
+                or getattr(sketch, "__module__", None) in (None, *_MAIN_MODULES):
+            raise LooptuneError(f"DagTemplate '{name}': the sketch must be a function defined "
+                                "at the top level of an importable module (worker processes "
+                                f"import it by name); got {sketch!r}")
+        self.tensors = tuple(tensors)
+        self.sketch = sketch
+        self.options = dict(options or {})
+        super().__init__(name, self._schedule)
+        self.module = sketch.__module__
+        try:
+            self.file = inspect.getsourcefile(sketch)
+        except TypeError:          # a callable object, not a function
+            self.file = None
+        self.__name__ = name
+        self.__doc__ = f"The {name} sketch of a compute DAG ({sketch.__qualname__})."
+        self.steps_identify_program = True
+
+    def _schedule(self, cfg):
+        return self.sketch(cfg, list(self.tensors), **self.options)
+
+    def holds(self, tensors: Sequence[Tensor]) -> bool:
+        """Whether this template was made from these very tensor objects, in this order."""
+        return len(tensors) == len(self.tensors) and \
+            all(a is b for a, b in zip(tensors, self.tensors))
+
+    @property
+    def importable(self) -> bool:
+        """Always: a worker re-creates it from its spec (the DAG by value)."""
+        return True
+
+    def spec(self) -> dict[str, Any]:
+        """Kind, name, the DAG (pickled, base64), the sketch's import name and its options."""
+        return {"kind": self.kind, "name": self.name,
+                "dag": base64.b64encode(pickle.dumps(list(self.tensors))).decode("ascii"),
+                "sketch": f"{self.sketch.__module__}:{self.sketch.__qualname__}",
+                "options": self.options}
+
+    @classmethod
+    def from_spec(cls, spec: dict[str, Any]) -> DagTemplate:
+        """In a worker process: the template a :meth:`spec` describes (registered)."""
+        module, _, qualname = spec["sketch"].partition(":")
+        try:
+            sketch: Any = importlib.import_module(module)
+            for part in qualname.split("."):
+                sketch = getattr(sketch, part)
+        except (ImportError, AttributeError) as e:
+            raise LooptuneError(f"template '{spec['name']}': its sketch {spec['sketch']!r} "
+                                f"cannot be imported in this worker ({type(e).__name__}: {e}); "
+                                "the worker must run the same looptune version") from None
+        tensors = pickle.loads(base64.b64decode(spec["dag"]))
+        return register(cls(spec["name"], tensors, sketch, spec.get("options")))
+
+
 def template(name: str) -> Callable[[Callable], Template]:
     """Register a template ``func(cfg, *args) -> (schedule, tensors)`` under ``name``.
 
@@ -206,31 +299,75 @@ def template(name: str) -> Callable[[Callable], Template]:
     if not isinstance(name, str) or not name:
         raise LooptuneError(f"@template: the name must be a non-empty string; got {name!r}")
 
-    def register(func: Callable) -> Template:
-        tpl = Template(name, func)
-        old = _REGISTRY.get(name)
-        if old is not None and (old.module, old.func.__qualname__) != \
-                (tpl.module, func.__qualname__):
-            log.debug("template '%s' re-registered (%s.%s replaces %s.%s)", name, tpl.module,
-                      func.__qualname__, old.module, old.func.__qualname__)
-        _REGISTRY[name] = tpl
-        return tpl
-    return register
+    def decorate(func: Callable) -> Template:
+        return register(Template(name, func))
+    return decorate
 
 
-def template_from_pickle(name: str, data: bytes) -> Template:
-    """In a worker process: register the template ``name`` from :meth:`Template.worker_spec`'s
-    pickled function (a template that could not be imported there)."""
-    import pickle
+def register(tpl: Template) -> Template:
+    """Make ``tpl`` the template called ``tpl.name`` (replacing one of that name); returns it."""
+    old = _REGISTRY.get(tpl.name)
+    if old is not None and old is not tpl and (old.module, old.func.__qualname__) != \
+            (tpl.module, tpl.func.__qualname__):
+        log.debug("template '%s' re-registered (%s.%s replaces %s.%s)", tpl.name, tpl.module,
+                  tpl.func.__qualname__, old.module, old.func.__qualname__)
+    _REGISTRY[tpl.name] = tpl
+    return tpl
+
+
+def template_from_pickle(name: str, data: bytes | str) -> Template:
+    """In a worker process: register the template ``name`` from :meth:`Template.spec`'s
+    pickled function (bytes, or their base64 text as the spec holds them): a template that
+    could not be imported there."""
     try:
-        func = pickle.loads(data)
+        func = pickle.loads(base64.b64decode(data) if isinstance(data, str) else data)
     except Exception as e:  # noqa: BLE001 - reported with what to do
         raise LooptuneError(f"template '{name}' was sent to this worker by value but does not "
                             f"unpickle here: {type(e).__name__}: {e}; move it into a module "
                             "or script file that the workers can import") from None
-    tpl = Template(name, func)
-    _REGISTRY[name] = tpl
-    return tpl
+    return register(Template(name, func))
+
+
+def load_template(name: str, module: str | None, file: str | None) -> Template:
+    """Find template ``name``: registered already, else import ``module`` by name, else load
+    ``file`` (a script such as examples/matmul.py)."""
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    errors = []
+    if module and module not in _MAIN_MODULES:
+        try:
+            importlib.import_module(module)
+            return get_template(name)
+        except Exception as e:  # noqa: BLE001 - fall back to the file, report both below
+            errors.append(f"import {module}: {type(e).__name__}: {e}")
+    if file and os.path.exists(file):
+        mod_name = "_looptune_tpl_" + hashlib.sha1(file.encode()).hexdigest()[:12]
+        spec = importlib.util.spec_from_file_location(mod_name, file)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = mod
+        try:
+            spec.loader.exec_module(mod)
+            return get_template(name)
+        except Exception as e:  # noqa: BLE001
+            errors.append(f"load {file}: {type(e).__name__}: {e}")
+    raise LooptuneError(f"template '{name}' could not be loaded in a worker process "
+                        f"(module {module!r}, file {file!r}): {'; '.join(errors) or 'not found'}"
+                        "; define templates in an importable module or a script file")
+
+
+TEMPLATE_KINDS: dict[str, type[Template]] = {Template.kind: Template,
+                                              DagTemplate.kind: DagTemplate}
+
+
+def template_from_spec(spec: dict[str, Any]) -> Template:
+    """In a worker process: the template a ``template.spec()`` describes, by its kind."""
+    kind = spec.get("kind", Template.kind)
+    cls = TEMPLATE_KINDS.get(kind)
+    if cls is None:
+        raise LooptuneError(f"template '{spec.get('name')}': unknown template kind {kind!r} "
+                            f"(known: {', '.join(TEMPLATE_KINDS)}); the worker must run the "
+                            "same looptune version as the tuner")
+    return cls.from_spec(spec)
 
 
 def get_template(name: str) -> Template:
@@ -241,6 +378,11 @@ def get_template(name: str) -> Template:
         raise LooptuneError(f"no template named '{name}' is registered (registered: {known}); "
                             "decorate it with @lt.search.template(name) and import its module")
     return tpl
+
+
+def find_template(name: str) -> Template | None:
+    """The registered template called ``name``, or None."""
+    return _REGISTRY.get(name)
 
 
 def registered() -> list[str]:

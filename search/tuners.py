@@ -1,12 +1,21 @@
-"""The simple tuners: random search and grid search.
+"""The tuner registry (:data:`TUNERS`, :func:`make_tuner`) and the simple tuners: random
+search and grid search.
 
-Both propose configs by index and never propose one twice; with the same ``seed`` on the same
-space, ``RandomTuner`` proposes the same sequence.
+Both simple tuners propose configs by index and never propose one twice; with the same
+``seed`` on the same space, ``RandomTuner`` proposes the same sequence. Every place that
+takes a tuner by name (the CLI, ``auto_schedule``, ``lt.graph.tune``) looks it up here.
 """
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
+from typing import Any
 
+from ..errors import LooptuneError
+from .ga_tuner import GATuner
+from .gbt_tuner import GBTTuner
+from .optuna_tuner import OptunaTuner
+from .sa_tuner import SATuner
 from .space import ConfigEntity
 from .task import Task
 from .tuner import Tuner
@@ -44,27 +53,41 @@ class GridTuner(Tuner):
         return out
 
 
-TUNERS = ("gbt", "ga", "sa", "random", "grid", "optuna")
+TUNERS: dict[str, type[Tuner]] = {"gbt": GBTTuner, "ga": GATuner, "sa": SATuner,
+                                   "random": RandomTuner, "grid": GridTuner,
+                                   "optuna": OptunaTuner}
 
 
-def make_tuner(name: str, task: Task, seed: int | None = None,
-               transfer_logs: Sequence | None = None, **optuna) -> Tuner:
-    """A tuner by name (one of :data:`TUNERS`) for ``task``. ``transfer_logs`` (logs of other
-    tasks) warm-start the ``gbt`` tuner; ``optuna`` keyword arguments (sampler, storage,
-    study_name) go to the Optuna tuner. ``grid`` takes no seed."""
-    from ..errors import LooptuneError
-    from . import GATuner, GBTTuner, OptunaTuner, SATuner
-    classes = {"gbt": GBTTuner, "ga": GATuner, "sa": SATuner, "random": RandomTuner,
-               "grid": GridTuner, "optuna": OptunaTuner}
-    if name not in classes:
-        raise LooptuneError(f"unknown tuner {name!r}; use one of {', '.join(TUNERS)}")
-    if transfer_logs and name != "gbt":
-        raise LooptuneError(f"transfer logs warm-start the cost model of the gbt tuner; the "
-                            f"{name!r} tuner has none: use tuner 'gbt' or drop the logs")
-    if name == "grid":
-        return GridTuner(task)
-    if name == "optuna":
-        return OptunaTuner(task, seed=seed, **optuna)
-    if name == "gbt":
-        return GBTTuner(task, seed=seed, transfer_logs=transfer_logs)
-    return classes[name](task, seed=seed)
+def tuner_class(tuner: str | type[Tuner], context: str = "") -> type[Tuner]:
+    """The tuner class called ``tuner`` in :data:`TUNERS` (a Tuner subclass passes through);
+    else a LooptuneError listing the names, prefixed with ``context`` (what was called)."""
+    if isinstance(tuner, type) and issubclass(tuner, Tuner):
+        return tuner
+    cls = TUNERS.get(tuner) if isinstance(tuner, str) else None
+    if cls is None:
+        where = f"{context}: " if context else ""
+        raise LooptuneError(f"{where}tuner must be one of {', '.join(TUNERS)} (or a Tuner "
+                            f"class); got {tuner!r}")
+    return cls
+
+
+def make_tuner(tuner: str | type[Tuner], task: Task, seed: int | None = None,
+               transfer_logs: Sequence | None = None, **options: Any) -> Tuner:
+    """A tuner for ``task``: ``tuner`` is a name in :data:`TUNERS` or a Tuner class.
+    ``transfer_logs`` (logs of other tasks) warm-start a tuner with a cost model (``gbt``);
+    other keyword ``options`` go to the tuner's constructor (e.g. the Optuna tuner's
+    ``sampler``, ``storage``, ``study_name``); a tuner that takes no such option is refused."""
+    cls = tuner_class(tuner)
+    name = next((n for n, c in TUNERS.items() if c is cls), cls.__name__)
+    accepted = inspect.signature(cls).parameters
+    if transfer_logs:
+        if "transfer_logs" not in accepted:
+            raise LooptuneError(f"transfer logs warm-start the cost model of the gbt tuner; "
+                                f"the {name!r} tuner has none: use tuner 'gbt' or drop the "
+                                "logs")
+        options["transfer_logs"] = transfer_logs
+    unknown = sorted(set(options) - set(accepted))
+    if unknown and not any(p.kind is p.VAR_KEYWORD for p in accepted.values()):
+        raise LooptuneError(f"tuner {name!r} takes no option {', '.join(unknown)}; its options "
+                            f"are {', '.join(p for p in accepted if p != 'task')}")
+    return cls(task, seed=seed, **options)

@@ -251,7 +251,7 @@ def test_a_dag_rebuilt_in_a_fresh_process_keeps_its_loop_variables_apart(monkeyp
     import itertools
 
     from looptune.lang import expr
-    from looptune.search.auto import task_from_dag
+    from looptune.search.task import task_from_spec
     monkeypatch.setattr(expr, "_uids", itertools.count(1))      # the uids a new process has
     A = lt.placeholder((64, 64), "float32", name="A")    # square: a split of i by 1 gives
     B = lt.compute((64, 64), lambda j, i: A[i, j], name="B")   # an outer loop equal to j
@@ -261,6 +261,6 @@ def test_a_dag_rebuilt_in_a_fresh_process_keeps_its_loop_variables_apart(monkeyp
     monkeypatch.setattr(expr, "_uids", itertools.count(1))      # as in a new process
     from looptune.search import task as task_mod
     monkeypatch.setattr(task_mod, "_TASKS", {})
-    again = task_from_dag(spec)
+    again = task_from_spec(spec)
     assert {i: str(lt.lower(*again.instantiate(i))) for i in want} == want
-    assert lt.var("n").uid > max(a.var.uid for a in again.template.auto_tensors[1].op.axis)
+    assert lt.var("n").uid > max(a.var.uid for a in again.template.tensors[1].op.axis)
