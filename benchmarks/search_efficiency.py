@@ -1,35 +1,54 @@
-"""Search efficiency: how many trials each tuner needs to find a good config.
+"""Search efficiency: how fast each tuner finds a good config, judged on re-measured timings.
 
-    python benchmarks/search_efficiency.py [--tasks matmul,conv2d] \
-        [--tuners random,ga,sa,gbt,optuna-tpe] [--trials 200] [--seeds 0,1,2] \
-        [--out build/search_efficiency] [--transfer] [--report] [--remeasure R]
+    python benchmarks/search_efficiency.py [--workloads matmul,conv2d,auto_softmax,auto_conv2d]
+        [--tuners random,ga,sa,gbt,optuna-tpe] [--trials 200] [--seeds 0,1,2,3,4]
+        [--rounds 5] [--out build/search_efficiency] [--budget-s S] [--run-seconds S]
+        [--transfer] [--report] [--quick]
 
-(``--tuners 'gbt[explore=64,random_share=0.5]'`` runs GBTTuner with other options.)
+(``--tuners 'gbt[explore=64,random_share=0.5]'`` runs GBTTuner with other options; ``grid``
+and ``optuna-<sampler>`` are also known.)
 
-For each task (512^3 sgemm; a ResNet-18 3x3 conv2d layer: N=1, C=K=64, H=W=56, stride 1,
-pad 1), every tuner runs with the same trial budget for each seed. The table gives, per task
-and tuner (over the seeds): the best GFLOP/s (mean and max), the trials needed to reach 90%
-and 95% of the best config found by any tuner on that task (median over seeds; ">N" where a
-seed never got there, counted as N+1 in the median), and the wall time split into model time
-(the tuner's ``next_batch`` + ``update``) and measurement time (the rest: build, run, log).
+Workloads: two hand templates with spaces of 10^4-10^5 configs (``matmul``: 512^3 sgemm;
+``conv2d``: a ResNet-18 3x3 layer, N=1, C=K=64, H=W=56, stride 1, pad 1; the example
+templates have a few dozen configs, too few to tell tuners apart) and the template-free spaces
+of ``lt.search.auto_task`` for the examples' softmax (4096 x 1024) and conv2d (the same
+layer): ``auto_softmax``, ``auto_conv2d``.
 
-The templates here have spaces of 10^4-10^5 configs (the example templates have a few dozen:
-too small to tell tuners apart). ``--transfer`` adds ``gbt-transfer``: GBT warm-started from
-the other task's logs of this output folder (random and GBT runs of every seed).
+**Design choice: re-measure every incumbent, after tuning, interleaved across runs.** Each
+(workload, tuner, seed) run tunes ``--trials`` trials and logs everything (the tuner's own
+final re-measure of its top configs included). Its *incumbent* after trial t is the config
+it would return if it stopped there: ``looptune.search.log.rank_configs`` (the median rule)
+over its records so far, the tuner's re-measure records counting at its last trial. When
+every run of a workload is done, the set of all incumbents of all its runs (a few per run:
+the incumbent changes O(log t) times) is measured again in one ``Measurer``: one warm-up
+pass that builds them (discarded), then ``--rounds`` interleaved rounds
+(``Measurer.remeasure``, the tuner's final re-measure: every config once per round, order
+rotated; the noise guard on). A config's value is the median over the rounds, the same
+value for every run that held it. A run's curve at trial t is its incumbent's value: best
+GFLOP/s against trials exactly (not only at checkpoints), and against wall time (each
+trial's seconds since the run started, tuner setup included). Logged maxima, the luckiest
+sample of each run taken at a different moment, are never compared; every figure of one
+workload comes from one stretch of interleaved measurement.
 
-Each run appends one line to ``<out>/results.jsonl`` and is skipped when already there, so an
-interrupted benchmark resumes; ``--report`` prints the table from that file only. ``--remeasure
-R`` measures the best config of every run R more times, all runs' bests of a task interleaved
-in a new random order each round (same inputs, same conditions), and adds the median over the
-rounds as the column "re-measured": a run's logged best is the maximum of noisy measurements,
-so on a noisy machine it favours the runs that happened to be measured in a fast phase; the
-re-measured best compares the configs the tuners found, not their luck. Timings are noisy on a
-shared machine: compare tuners within one run. The order of the runs of a seed is rotated from
-seed to seed (a gbt-transfer run waits until the other task has a log to learn from), so that
-no tuner always runs at the same point of the sequence: on the 2-core VM of BENCHMARKS.md,
-parallel kernels measured up to 2x slower for minutes at a time, and a tuner that always ran
-fourth in a seed's sequence measured the same configs 5-27% slower (median over the configs
-both runs measured) than the one that ran second.
+The report (markdown, per workload): per tuner the mean best GFLOP/s (the re-measured value
+of what the run returned), trials to 90% and 95% of the best config any tuner found, and
+seconds to 95%, each with a 95% bootstrap interval over seeds (``search_efficiency_stats``);
+the mean best after N trials and after S seconds; and a plain verdict whether GBT reaches 95%
+(and 90%) of the best in <= 0.5x random's trials, with the interval of the ratio.
+
+Resumable and time-budgeted: each finished run appends a row to ``<out>/runs.jsonl`` and is
+skipped on the next invocation (same sizes and trial count); ``--budget-s`` stops starting
+runs when spent (a run it cuts short is discarded and redone next time; a workload's
+re-measure starts only while budget is left, and is redone when its set of runs changes);
+``--run-seconds`` caps each run's tuning (``tune(seconds=...)``) beside ``--trials``.
+``--report`` only prints the table from ``<out>``. ``--quick``: tiny sizes, 10 trials,
+random and gbt, 2 seeds, 2 rounds (a smoke run; its figures mean nothing).
+
+The order of a seed's runs is rotated from seed to seed (a gbt-transfer run waits until
+another workload has a log to learn from), so that no tuner always runs at the same point of
+the sequence: on the 2-core VM of BENCHMARKS.md a tuner that always ran fourth measured the
+same configs 5-27% slower than the one that ran second. Timings on a shared machine are not
+trustworthy; run it on a quiet one.
 """
 from __future__ import annotations
 
@@ -42,18 +61,24 @@ import shutil
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import looptune as lt
 from looptune.search import (
     GBTTuner,
     MeasureOption,
     Measurer,
+    auto_task,
     create_task,
     load_records,
     log_to_file,
     template,
 )
 from looptune.search.tuners import make_tuner as search_make_tuner
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import search_efficiency_stats as stats
+from search_efficiency_stats import incumbents
 
 # ---- the templates ---------------------------------------------------------------------------
 
@@ -166,6 +191,31 @@ def se_conv2d(cfg, N, C, H, W, K, KH, KW, stride=1, pad=1):
 
 TASKS = {"matmul": ("se_matmul", (512, 512, 512)),
          "conv2d": ("se_conv2d", (1, 64, 56, 56, 64, 3, 3, 1, 1))}
+AUTO = {"auto_softmax": ("softmax", (4096, 1024)),
+        "auto_conv2d": ("conv2d", (1, 64, 56, 56, 64, 3, 3, 1, 1))}
+QUICK_ARGS = {"matmul": (24, 40, 33), "conv2d": (1, 6, 9, 9, 8, 3, 3, 1, 1),
+              "auto_softmax": (13, 45), "auto_conv2d": (1, 5, 9, 11, 6, 3, 3, 1, 1)}
+WORKLOADS = (*TASKS, *AUTO)
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def workload_args(name: str, quick: bool) -> tuple:
+    """The sizes of workload ``name`` (tiny ones with ``quick``)."""
+    if name not in WORKLOADS:
+        raise SystemExit(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS)}")
+    return QUICK_ARGS[name] if quick else (TASKS.get(name) or AUTO[name])[1]
+
+
+def make_task(name: str, args: tuple):
+    """The tuning task of workload ``name`` at ``args``: a hand template's task, or the
+    auto_task of an example operator's algorithm."""
+    if name in TASKS:
+        return create_task(TASKS[name][0], tuple(args))
+    from looptune.operators import load_operators
+    op_name = AUTO[name][0]
+    (op,) = [op for op in load_operators(str(EXAMPLES / f"{op_name}.py")) if op.name == op_name]
+    out = op.algorithm(*args)
+    return auto_task(list(out) if isinstance(out, (list, tuple)) else [out])
 
 
 # ---- running the tuners ----------------------------------------------------------------------
@@ -182,7 +232,7 @@ def _options(name: str) -> tuple[str, dict]:
     return base, kw
 
 
-def make_tuner(name: str, task, seed: int, out: str, task_name: str):
+def make_tuner(name: str, task, seed: int, out: str, workload: str):
     """A fresh tuner ``name`` for ``task``; ``gbt[key=value,...]`` passes GBTTuner options."""
     name, kw = _options(name)
     if kw and not name.startswith("gbt"):
@@ -190,32 +240,27 @@ def make_tuner(name: str, task, seed: int, out: str, task_name: str):
     if name == "gbt":
         return GBTTuner(task, seed=seed, **kw)
     if name == "gbt-transfer":
-        return GBTTuner(task, seed=seed, transfer_logs=transfer_logs(out, task_name), **kw)
+        return GBTTuner(task, seed=seed, transfer_logs=transfer_logs(out, workload), **kw)
     if name.startswith("optuna-"):
         return search_make_tuner("optuna", task, seed, sampler=name.split("-", 1)[1])
-    if name in ("random", "ga", "sa"):
+    if name in ("random", "ga", "sa", "grid"):
         return search_make_tuner(name, task, seed)
-    raise SystemExit(f"unknown tuner {name!r}")
+    raise SystemExit(f"unknown tuner {name!r}; use random, grid, ga, sa, gbt, gbt-transfer, "
+                     "optuna-<sampler> or gbt[key=value,...]")
 
 
-def transfer_logs(out: str, task_name: str) -> list[str]:
-    """The logs of the other tasks' random and GBT runs in ``out``."""
-    logs = []
-    for other in TASKS:
-        if other == task_name:
-            continue
-        for f in sorted(os.listdir(out)):
-            if f.startswith(f"{other}_") and f.endswith(".jsonl") and \
-                    ("_random_" in f or "_gbt_" in f):
-                logs.append(os.path.join(out, f))
-    return logs
+def transfer_logs(out: str, workload: str) -> list[str]:
+    """The logs of the other workloads' random and GBT runs in ``out``."""
+    return [os.path.join(out, f) for other in WORKLOADS if other != workload
+            for f in sorted(os.listdir(out)) if f.startswith(f"{other}_")
+            and f.endswith(".jsonl") and ("_random_" in f or "_gbt_" in f)]
 
 
-def run_order(tuners: list[str], tasks: list[str], seed: int, out: str):
-    """The (tuner, task) runs of one seed, rotated by the seed; a gbt-transfer run whose
-    task has nothing to learn from yet (no random or GBT log of another task in ``out``)
-    waits until the runs that write such logs are done."""
-    runs = [(t, k) for t in tuners for k in tasks]
+def run_order(tuners: list[str], workloads: list[str], seed: int, out: str):
+    """The (tuner, workload) runs of one seed, rotated by the seed; a gbt-transfer run whose
+    workload has nothing to learn from yet (no random or GBT log of another workload in
+    ``out``) waits until the runs that write such logs are done."""
+    runs = [(t, k) for t in tuners for k in workloads]
     shift = seed % max(1, len(runs))
     runs = runs[shift:] + runs[:shift]
     while runs:
@@ -244,188 +289,267 @@ class _Clock:
         return wrapper
 
 
-def run_paths(out: str, task_name: str, tuner_name: str, seed: int) -> tuple[str, str]:
+class _Elapsed:
+    """A tuning callback: the seconds since ``t0`` at which each trial's result came."""
+
+    def __init__(self, t0: float):
+        self.t0, self.times = t0, []
+
+    def __call__(self, tuner, res) -> None:
+        if res.kind == "measure":
+            self.times.append(round(time.perf_counter() - self.t0, 3))
+
+
+def run_paths(out: str, workload: str, tuner_name: str, seed: int) -> tuple[str, str]:
     """The log and the build-cache folder of one run."""
     tag = tuner_name.replace("[", "(").replace("]", ")").replace("=", "").replace(",", "_")
-    return (os.path.join(out, f"{task_name}_{tag}_{seed}.jsonl"),
-            os.path.join(out, "cache", f"{task_name}_{tag}_{seed}"))
+    return (os.path.join(out, f"{workload}_{tag}_{seed}.jsonl"),
+            os.path.join(out, "cache", f"{workload}_{tag}_{seed}"))
 
 
-def run_one(task_name: str, tuner_name: str, seed: int, trials: int, out: str,
-            opt: MeasureOption) -> dict:
-    """Tune one task with one tuner and seed; returns the result row (also logged)."""
-    tpl, args = TASKS[task_name]
-    task = create_task(tpl, args)
-    log, cache = run_paths(out, task_name, tuner_name, seed)
+def run_one(workload: str, args: tuple, tuner_name: str, seed: int, trials: int, out: str,
+            opt: MeasureOption, seconds: float | None = None) -> dict:
+    """Tune one workload with one tuner and seed; returns the run's row: per trial its
+    incumbent (by the median rule), seconds since the start and logged GFLOP/s."""
+    task = make_task(workload, args)
+    log, cache = run_paths(out, workload, tuner_name, seed)
     if os.path.exists(log):
         os.remove(log)
     os.environ["LOOPTUNE_CACHE"] = cache          # no build-cache hits from earlier runs
-    t_setup = time.perf_counter()
-    tuner = make_tuner(tuner_name, task, seed, out, task_name)
-    setup = time.perf_counter() - t_setup
-    clock = _Clock(tuner)
     t0 = time.perf_counter()
-    tuner.tune(trials, opt, callbacks=[log_to_file(log)])
-    wall = time.perf_counter() - t0 + setup
+    tuner = make_tuner(tuner_name, task, seed, out, workload)
+    setup = time.perf_counter() - t0
+    clock, elapsed = _Clock(tuner), _Elapsed(t0)
+    tuner.tune(trials, opt, callbacks=[log_to_file(log), elapsed], seconds=seconds)
+    wall = time.perf_counter() - t0
     shutil.rmtree(cache, ignore_errors=True)
     recs = load_records(log, task)
-    curve = [round(r.gflops or 0.0, 3) for r in recs]
+    inc = incumbents(recs)
+    measured = [r for r in recs if r.kind == "measure"]
+    assert len(inc) == len(elapsed.times), (len(inc), len(elapsed.times))
     errors: dict[str, int] = {}
-    for r in recs:
+    for r in measured:
         if not r.ok:
             errors[r.error_kind] = errors.get(r.error_kind, 0) + 1
-    return {"task": task_name, "tuner": tuner_name, "seed": seed, "trials": len(recs),
-            "best_gflops": max(curve, default=0.0), "curve": curve, "wall_s": round(wall, 1),
-            "model_s": round(clock.model + setup, 1),
+    return {"workload": workload, "args": list(args), "tuner": tuner_name, "seed": seed,
+            "n_trial": trials, "trials": len(inc), "incumbent": inc, "elapsed": elapsed.times,
+            "logged": [round(r.gflops or 0.0, 3) for r in measured],
+            "wall_s": round(wall, 1), "model_s": round(clock.model + setup, 1),
             "measure_s": round(wall - clock.model - setup, 1), "errors": errors,
-            "load_avg": round(os.getloadavg()[0], 2)}
+            "space": task.config_space.size, "load_avg": round(os.getloadavg()[0], 2)}
 
 
-def remeasure(rows: list[dict], out: str, rounds: int, opt: MeasureOption,
-              seed: int = 0) -> dict[tuple, float]:
-    """The best config of each row's log measured ``rounds`` more times, every round over all
-    rows of a task in a new random order (one set of worker processes per task); {(task,
-    tuner, seed): median GFLOP/s}. Also written to ``<out>/remeasured.jsonl``."""
-    rng = random.Random(seed)
-    found: dict[tuple, float] = {}
-    os.environ["LOOPTUNE_CACHE"] = os.path.join(out, "cache", "remeasure")
-    for task_name in dict.fromkeys(r["task"] for r in rows):
-        tpl, args = TASKS[task_name]
-        task = create_task(tpl, args)
-        best: dict[tuple, int] = {}
-        for r in rows:
-            if r["task"] != task_name:
-                continue
-            log, _ = run_paths(out, task_name, r["tuner"], r["seed"])
-            recs = [x for x in load_records(log, task) if x.ok]
-            if recs:
-                top = max(recs, key=lambda x: x.gflops or 0.0)
-                best[(task_name, r["tuner"], r["seed"])] = top.config["index"]
-        keys = list(best)
-        samples: dict[tuple, list[float]] = {k: [] for k in keys}
-        with Measurer(task, opt) as m:
-            for _ in range(rounds):
-                rng.shuffle(keys)
-                for k, res in zip(keys, m.measure([task.config_space.get(best[k])
-                                                   for k in keys])):
-                    if res.ok:
-                        samples[k].append(res.gflops)
-        for k, g in samples.items():
-            if g:
-                found[k] = statistics.median(g)
-    with open(os.path.join(out, "remeasured.jsonl"), "w") as f:
-        for (task_name, tuner, seed), g in found.items():
-            f.write(json.dumps({"task": task_name, "tuner": tuner, "seed": seed,
-                                "rounds": rounds, "gflops": round(g, 3)}) + "\n")
+# ---- the re-measure --------------------------------------------------------------------------
+
+def run_ids(rows: list[dict]) -> list[str]:
+    """``tuner/seed`` of each row, sorted: which runs a re-measure covers."""
+    return sorted(f"{r['tuner']}/{r['seed']}" for r in rows)
+
+
+def remeasure(workload: str, args: tuple, rows: list[dict], rounds: int, opt: MeasureOption,
+              out: str, seed: int = 0) -> dict:
+    """Every incumbent config of the workload's runs measured again, all in one Measurer:
+    one warm-up pass (builds; discarded), then ``rounds`` interleaved rounds. Returns (and
+    writes to ``<out>/remeasured_<workload>.json``) the config -> median GFLOP/s map with
+    the runs it covers."""
+    task = make_task(workload, args)
+    indices = sorted({i for r in rows for i in r["incumbent"] if i is not None})
+    random.Random(seed).shuffle(indices)           # not in index order
+    configs = [task.config_space.get(i) for i in indices]
+    samples: dict[int, list[float]] = {i: [] for i in indices}
+    os.environ["LOOPTUNE_CACHE"] = os.path.join(out, "cache", f"remeasure_{workload}")
+    t0 = time.perf_counter()
+    with Measurer(task, opt) as m:
+        for k in range(0, len(configs), opt.n_parallel):
+            list(m.measure(configs[k:k + opt.n_parallel]))
+        for res in m.remeasure(configs, rounds):
+            if res.ok and res.gflops:
+                samples[res.config.index].append(res.gflops)
+    shutil.rmtree(os.environ["LOOPTUNE_CACHE"], ignore_errors=True)
+    found = {"workload": workload, "args": list(args), "rounds": rounds, "runs": run_ids(rows),
+             "seconds": round(time.perf_counter() - t0, 1),
+             "gflops": {str(i): round(statistics.median(g), 3)
+                        for i, g in samples.items() if g},
+             "samples": {str(i): [round(x, 3) for x in g] for i, g in samples.items()}}
+    with open(os.path.join(out, f"remeasured_{workload}.json"), "w") as f:
+        json.dump(found, f)
     return found
 
 
-def load_remeasured(out: str) -> dict[tuple, float]:
-    path = os.path.join(out, "remeasured.jsonl")
+def load_remeasured(out: str, workload: str, args: tuple) -> dict | None:
+    path = os.path.join(out, f"remeasured_{workload}.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        found = json.load(f)
+    return found if tuple(found["args"]) == tuple(args) else None
+
+
+# ---- the command line ------------------------------------------------------------------------
+
+def load_rows(out: str) -> dict[tuple, dict]:
+    """The finished runs in ``<out>/runs.jsonl``, the last row of each (workload, tuner,
+    seed) winning."""
+    path = os.path.join(out, "runs.jsonl")
     if not os.path.exists(path):
         return {}
     with open(path) as f:
-        return {(r["task"], r["tuner"], r["seed"]): r["gflops"]
+        return {(r["workload"], r["tuner"], r["seed"]): r
                 for r in map(json.loads, filter(str.strip, f))}
 
 
-# ---- the table -------------------------------------------------------------------------------
-
-def _reach(curve: list[float], target: float) -> int | None:
-    best = 0.0
-    for n, g in enumerate(curve, 1):
-        best = max(best, g)
-        if best >= target:
-            return n
-    return None
-
-
-def table(rows: list[dict], trials: int, remeasured: dict | None = None) -> str:
-    """The search-efficiency table (markdown) from result rows (and re-measured bests)."""
-    remeasured = remeasured or {}
-    lines = []
-    for task_name in dict.fromkeys(r["task"] for r in rows):
-        rs = [r for r in rows if r["task"] == task_name and r["trials"] > 0]
-        top = max(r["best_gflops"] for r in rs)
-        head = ("| tuner | seeds | best GFLOP/s mean (max) | trials to 90% | trials to 95% "
-                "| wall s | model s | measure s |")
-        rem = any((task_name, r["tuner"], r["seed"]) in remeasured for r in rs)
-        if rem:
-            head += " re-measured mean (per seed) |"
-        lines += [f"\n{task_name}: best config found by any tuner {top:.1f} GFLOP/s", "",
-                  head, "|---|---|---|---|---|---|---|---|" + ("---|" if rem else "")]
-        for tuner in dict.fromkeys(r["tuner"] for r in rs):
-            tr = [r for r in rs if r["tuner"] == tuner]
-            best = [r["best_gflops"] for r in tr]
-            cells = []
-            for frac in (0.90, 0.95):
-                reach = [_reach(r["curve"], frac * top) for r in tr]
-                med = statistics.median(n if n is not None else trials + 1 for n in reach)
-                per = ",".join(str(n) if n is not None else f">{trials}" for n in reach)
-                cells.append(f"{med:g} ({per})" if med <= trials else f">{trials} ({per})")
-            wall, model, meas = (statistics.mean(r[k] for r in tr)
-                                 for k in ("wall_s", "model_s", "measure_s"))
-            lines.append(f"| {tuner} | {len(tr)} | {statistics.mean(best):.1f} "
-                         f"({max(best):.1f}) | {cells[0]} | {cells[1]} | {wall:.0f} "
-                         f"| {model:.0f} | {meas:.0f} |")
-            if rem:
-                g = [remeasured.get((task_name, tuner, r["seed"])) for r in tr]
-                ok = [x for x in g if x is not None]
-                per = ",".join(f"{x:.1f}" if x is not None else "-" for x in g)
-                lines[-1] += f" {statistics.mean(ok):.1f} ({per}) |" if ok else " - |"
-    lines.append("\ntrials to X%: median over seeds (each seed's count in brackets) of the "
-                 "trials until a config within X% of the task's best was measured.")
-    if remeasured:
-        lines.append("re-measured: each run's best config measured again, all runs of a task "
-                     "interleaved; median over the rounds.")
-    return "\n".join(lines)
+def _settings(a: argparse.Namespace) -> argparse.Namespace:
+    """Fill the options not given from the --quick or the full defaults."""
+    full = {"workloads": ",".join(WORKLOADS), "tuners": "random,ga,sa,gbt,optuna-tpe",
+            "trials": 200, "seeds": "0,1,2,3,4", "rounds": 5, "number": 3, "repeat": 5,
+            "out": "build/search_efficiency"}
+    quick = {"workloads": ",".join(WORKLOADS), "tuners": "random,gbt", "trials": 10,
+             "seeds": "0,1", "rounds": 2, "number": 1, "repeat": 2,
+             "out": "build/search_efficiency_quick"}
+    for k, v in (quick if a.quick else full).items():
+        if getattr(a, k) is None:
+            setattr(a, k, v)
+    a.workloads = [w for w in a.workloads.split(",") if w]
+    for w in a.workloads:
+        workload_args(w, a.quick)
+    a.tuners = re.findall(r"[^,\[]+(?:\[[^\]]*\])?", a.tuners) + \
+        (["gbt-transfer"] if a.transfer else [])
+    a.seeds = [int(x) for x in a.seeds.split(",") if x]
+    return a
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tasks", default="matmul,conv2d")
-    ap.add_argument("--tuners", default="random,ga,sa,gbt,optuna-tpe")
-    ap.add_argument("--trials", type=int, default=200)
-    ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--out", default="build/search_efficiency")
-    ap.add_argument("--number", type=int, default=3)
-    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--workloads", help=f"comma-separated, of {','.join(WORKLOADS)}")
+    ap.add_argument("--tasks", dest="workloads", help=argparse.SUPPRESS)   # the old name
+    ap.add_argument("--tuners")
+    ap.add_argument("--trials", type=int)
+    ap.add_argument("--seeds", help="comma-separated seeds (>= 5 for the intervals to mean "
+                                    "something)")
+    ap.add_argument("--rounds", "--remeasure", type=int, dest="rounds",
+                    help="interleaved re-measure rounds of every incumbent")
+    ap.add_argument("--out")
+    ap.add_argument("--number", type=int)
+    ap.add_argument("--repeat", type=int)
     ap.add_argument("--n-parallel", type=int, default=2)
+    ap.add_argument("--budget-s", type=float, default=None,
+                    help="start no run or re-measure after this many seconds (resume later)")
+    ap.add_argument("--run-seconds", type=float, default=None,
+                    help="wall-clock cap of each run's tuning, beside --trials")
     ap.add_argument("--transfer", action="store_true",
-                    help="also run gbt-transfer (after the other tuners of every seed)")
-    ap.add_argument("--report", action="store_true", help="only print the table")
-    ap.add_argument("--remeasure", type=int, default=0, metavar="R",
-                    help="measure each run's best config R more times, interleaved")
-    a = ap.parse_args()
+                    help="also run gbt-transfer (GBT warm-started from other workloads' logs)")
+    ap.add_argument("--report", action="store_true", help="only print the report from --out")
+    ap.add_argument("--quick", action="store_true",
+                    help="a smoke run: tiny sizes, 10 trials, random+gbt, 2 seeds, 2 rounds")
+    return ap
+
+
+def _remaining(deadline: float | None) -> float | None:
+    return None if deadline is None else deadline - time.monotonic()
+
+
+def tune_all(a: argparse.Namespace, rows: dict, opt: MeasureOption,
+             deadline: float | None) -> bool:
+    """Run every (workload, tuner, seed) not in ``rows`` yet, appending each finished run
+    to ``<out>/runs.jsonl``; False when the budget ran out first."""
+    wanted = {w: workload_args(w, a.quick) for w in a.workloads}
+    for seed in a.seeds:
+        for tuner, w in run_order(a.tuners, a.workloads, seed, a.out):
+            old = rows.get((w, tuner, seed))
+            if old and tuple(old["args"]) == wanted[w] and old["n_trial"] == a.trials \
+                    and old.get("run_seconds") == a.run_seconds:
+                continue
+            left = _remaining(deadline)
+            if left is not None and left <= 0:
+                return False
+            caps = [x for x in (a.run_seconds, left) if x is not None]
+            row = run_one(w, wanted[w], tuner, seed, a.trials, a.out, opt,
+                          seconds=min(caps) if caps else None)
+            cut = (left is not None and _remaining(deadline) <= 0 and row["trials"] < a.trials
+                   and (a.run_seconds is None or left < a.run_seconds))
+            if cut:
+                print(f"{w} {tuner} seed {seed}: cut short by --budget-s after "
+                      f"{row['trials']} trials; discarded (redone next time)", file=sys.stderr)
+                return False
+            row["run_seconds"] = a.run_seconds
+            rows[(w, tuner, seed)] = row
+            with open(os.path.join(a.out, "runs.jsonl"), "a") as f:
+                f.write(json.dumps(row) + "\n")
+            print(f"{w} {tuner} seed {seed}: {row['trials']} trials, wall {row['wall_s']} s "
+                  f"(model {row['model_s']} s)", file=sys.stderr, flush=True)
+    return True
+
+
+def workload_rows(a: argparse.Namespace, rows: dict, w: str) -> tuple[list[dict], list[str]]:
+    """The finished runs of workload ``w`` this invocation asks for, and the missing ones."""
+    args = workload_args(w, a.quick)
+    have, missing = [], []
+    for tuner in a.tuners:
+        for seed in a.seeds:
+            r = rows.get((w, tuner, seed))
+            if r and tuple(r["args"]) == args and r["n_trial"] == a.trials:
+                have.append(r)
+            else:
+                missing.append(f"{tuner}/{seed}")
+    return have, missing
+
+
+def remeasure_all(a: argparse.Namespace, rows: dict, opt: MeasureOption,
+                  deadline: float | None) -> None:
+    """Re-measure each workload whose runs are all done and whose stored re-measure does
+    not cover exactly those runs with ``--rounds`` rounds."""
+    for w in a.workloads:
+        have, missing = workload_rows(a, rows, w)
+        args = workload_args(w, a.quick)
+        old = load_remeasured(a.out, w, args)
+        if missing or (old and old["runs"] == run_ids(have) and old["rounds"] == a.rounds):
+            continue
+        left = _remaining(deadline)
+        if left is not None and left <= 0:
+            return
+        found = remeasure(w, args, have, a.rounds, opt, a.out)
+        print(f"{w}: re-measured {len(found['samples'])} incumbent configs in "
+              f"{found['seconds']} s", file=sys.stderr, flush=True)
+
+
+def print_report(a: argparse.Namespace, rows: dict) -> None:
+    """The report of every asked-for workload that has a re-measure (markdown, stdout)."""
+    verdicts = []
+    for w in a.workloads:
+        args = workload_args(w, a.quick)
+        found = load_remeasured(a.out, w, args)
+        have, missing = workload_rows(a, rows, w)
+        if found is None:
+            print(f"## {w}\n\nnot re-measured yet ({len(have)} runs done, missing: "
+                  f"{', '.join(missing) or 'none'}); run without --report to finish it\n")
+            continue
+        covered = [r for r in have if f"{r['tuner']}/{r['seed']}" in set(found["runs"])]
+        if missing or len(covered) < len(have):
+            print(f"(note: {w}'s re-measure covers {len(covered)} of the asked runs)")
+        values = {int(i): g for i, g in found["gflops"].items()}
+        text = stats.report(w, covered, values, found["rounds"])
+        print(text + "\n")
+        verdicts += [line for line in text.splitlines() if line.startswith(f"- {w},")]
+    print(stats.LEGEND.format(n=stats.N_RESAMPLES))
+    if verdicts:
+        print("\nDoes GBT reach X% of the best in <= 0.5x random's trials?\n")
+        print("\n".join(verdicts))
+
+
+def main(argv: list[str] | None = None) -> None:
+    a = _settings(_parser().parse_args(argv))
     os.makedirs(a.out, exist_ok=True)
-    results = os.path.join(a.out, "results.jsonl")
-    rows = []
-    if os.path.exists(results):
-        with open(results) as f:
-            rows = [json.loads(line) for line in f if line.strip()]
-    opt = MeasureOption(number=a.number, repeat=a.repeat, timeout=10, n_parallel=a.n_parallel)
+    rows = load_rows(a.out)
     if not a.report:
-        tuners = re.findall(r"[^,\[]+(?:\[[^\]]*\])?", a.tuners) + \
-            (["gbt-transfer"] if a.transfer else [])
-        for seed in [int(x) for x in a.seeds.split(",")]:
-            for tuner, task_name in run_order(tuners, a.tasks.split(","), seed, a.out):
-                if any(r["task"] == task_name and r["tuner"] == tuner and r["seed"] == seed
-                       and r["trials"] >= a.trials for r in rows):
-                    continue
-                row = run_one(task_name, tuner, seed, a.trials, a.out, opt)
-                rows = [r for r in rows if not (r["task"] == task_name and
-                                                r["tuner"] == tuner and r["seed"] == seed)]
-                rows.append(row)
-                with open(results, "a") as f:
-                    f.write(json.dumps(row) + "\n")
-                print(f"{task_name} {tuner} seed {seed}: best {row['best_gflops']:.1f} "
-                      f"GFLOP/s, wall {row['wall_s']} s (model {row['model_s']} s)",
-                      file=sys.stderr, flush=True)
-    rows = [r for r in rows if r["trials"] > 0]
-    remeasured = load_remeasured(a.out)
-    if a.remeasure > 0:
-        remeasured = remeasure(rows, a.out, a.remeasure, opt)
-    print(table(rows, a.trials, remeasured))
+        deadline = None if a.budget_s is None else time.monotonic() + a.budget_s
+        opt = MeasureOption(number=a.number, repeat=a.repeat, timeout=10,
+                            n_parallel=a.n_parallel)
+        done = tune_all(a, rows, opt, deadline)
+        remeasure_all(a, rows, opt, deadline)
+        if not done:
+            print("the --budget-s is spent; run the same command again to resume",
+                  file=sys.stderr)
+    print_report(a, rows)
 
 
 if __name__ == "__main__":
