@@ -64,6 +64,7 @@ from dataclasses import dataclass, field
 from ..backends.target import Target
 from ..errors import GraphError, LooptuneError, ScheduleError
 from ..lang.tensor import PlaceholderOp
+from ..schedule.attach import Attach
 from ..schedule.schedule import Schedule, create_schedule
 from .fusion import Group, GroupDAG, fuse, lower_group
 from .fusion.empty import drop_empty_values, touches_empty
@@ -302,7 +303,7 @@ def default_schedule(outputs, lanes: int = 8) -> Schedule:
                 and not st.op.reduce_axis:
             st.compute_inline()
     for st in s.stages:
-        if isinstance(st.op, PlaceholderOp) or st.attach[0] == "inline" or not st.op.axis:
+        if isinstance(st.op, PlaceholderOp) or st.attach is Attach.INLINE or not st.op.axis:
             continue
         axes, red = list(st.op.axis), list(st.op.reduce_axis)
         ext = getattr(axes[-1].extent, "value", axes[-1].extent)

@@ -23,6 +23,7 @@ from ..lang.tensor import ComputeOp, PlaceholderOp, Tensor
 from ..lang.visitor import ExprMutator, collect_loads, collect_vars, substitute
 from .bound import LoopNest, interval, loop_nest, relax_leaves, root_intervals, union_region
 from .schedule import Schedule
+from .attach import Attach, AttachAt
 from .stage import Annot, Stage
 from .stmt import (Allocate, Buffer, For, ForKind, IfThenElse, LetStmt, Stmt, Store, seq,
                    display_names, stmt_str)
@@ -98,8 +99,8 @@ class _Lowering:
     # ---- 1-2: checks and inlining ------------------------------------------------------
 
     def run(self) -> LoweredFunc:
-        stages = [st for st in self.s.stages if st.attach[0] != "inline"]
-        inlined = {id(st.tensor): st.op for st in self.s.stages if st.attach[0] == "inline"}
+        stages = [st for st in self.s.stages if st.attach is not Attach.INLINE]
+        inlined = {id(st.tensor): st.op for st in self.s.stages if st.attach is Attach.INLINE}
         inl = _Inline(inlined)
         for st in stages:
             self.body[st] = inl.visit(st.op.body)
@@ -111,7 +112,7 @@ class _Lowering:
         self._check_attach(stages)
         for st in reversed(stages):
             self._infer(st)
-        root = [st for st in stages if st.attach[0] == "root"]
+        root = [st for st in stages if st.attach is Attach.ROOT]
         stmt = seq(*(self._stage_stmt(st) for st in root))
         for st in reversed(root):
             t = st.op.output
@@ -142,10 +143,10 @@ class _Lowering:
             bufs.append(buf)
             if self.s.has_stage(a):
                 st = self.s[a]
-                if st.attach[0] != "root":
+                if st.attach is not Attach.ROOT:
                     raise ScheduleError(f"lower: '{a.name}' is an argument, so it is written whole "
                                         f"to memory, but stage '{st.name}' is "
-                                        f"{st.attach[0]}d; compute it at root or drop it from "
+                                        f"{st.attach}; compute it at root or drop it from "
                                         "the arguments")
         for t in self.s.outputs:
             if id(t) not in seen:
@@ -177,8 +178,8 @@ class _Lowering:
         """Is stage ``r`` computed inside ``host``'s loop ``loop``?"""
         if r is host:
             return True
-        while r.attach[0] == "at":
-            _, parent, pl = r.attach
+        while isinstance(r.attach, AttachAt):
+            parent, pl = r.attach.stage, r.attach.loop
             if parent is host:
                 order = host.leaf_iter_vars
                 return order.index(pl) >= order.index(loop)
@@ -186,11 +187,11 @@ class _Lowering:
         return False
 
     def _check_attach(self, stages):
-        attached = [st for st in stages if st.attach[0] == "at"]
+        attached = [st for st in stages if isinstance(st.attach, AttachAt)]
         for st in attached:  # first: every attach point still exists (_within needs it)
-            _, parent, loop = st.attach
+            parent, loop = st.attach.stage, st.attach.loop
             prim = f"compute_at({parent.name}, {loop.name})"
-            if parent.attach[0] == "inline":
+            if parent.attach is Attach.INLINE:
                 raise ScheduleError(f"stage '{st.name}': {prim}: stage '{parent.name}' is "
                                     "inlined and has no loops; attach to the stage it is "
                                     "inlined into")
@@ -199,7 +200,7 @@ class _Lowering:
                                     f"'{parent.name}' was split or fused after compute_at; "
                                     "attach to one of its current loops")
         for st in attached:
-            _, parent, loop = st.attach
+            parent, loop = st.attach.stage, st.attach.loop
             prim = f"compute_at({parent.name}, {loop.name})"
             if not self.readers[st]:
                 raise ScheduleError(f"stage '{st.name}': {prim}: no stage reads '{st.name}' "
@@ -218,7 +219,7 @@ class _Lowering:
         t = st.op.output
         full = [(Const(0, "int32"), _as_expr(d)) for d in t.shape]
         red = [(r.min, r.extent) for r in st.op.reduce_axis]
-        if st.attach[0] == "root":
+        if st.attach is Attach.ROOT:
             region = full
             if id(t) not in self.buffers:
                 self.buffers[id(t)] = Buffer(st.name, t.shape, t.dtype, st.scope or "local")
@@ -233,14 +234,14 @@ class _Lowering:
                 self.ranges[leaf.var] = (0, max(ub - 1, 0))
 
     def _attached_region(self, st: Stage):
-        _, host, loop = st.attach
+        host, loop = st.attach.stage, st.attach.loop
         t = st.op.output
         env: dict = {}
         hnest = self.nests[host]
         order = host.leaf_iter_vars
         relax_leaves(hnest, order[order.index(loop) + 1:], env, self.ranges)
         inside = [r for r in reversed(self.s.stages) if r in self.nests and r is not host
-                  and r.attach[0] == "at" and self._within(r, host, loop)]
+                  and isinstance(r.attach, AttachAt) and self._within(r, host, loop)]
         for r in inside:  # consumers first: a stage's lets use its host's loop variables
             for v, val in self.lets[r]:
                 iv = interval(val, env, self.ranges)

@@ -12,6 +12,7 @@ from ..lang.expr import BinKind, BinOp, Const, Expr, IterKind, IterVar, Load, Re
 from ..lang.simplify import simplify
 from ..lang.tensor import Tensor, compute_op, make_compute
 from ..lang.visitor import ExprMutator, substitute
+from .attach import Attach
 from .bound import loop_nest
 from .stage import Split, Stage
 from .steps import Step
@@ -54,7 +55,7 @@ def cache_write(s: Schedule, t: Tensor, scope: str) -> Tensor:
     prim = f"cache_write({getattr(t, 'name', t)}, {scope!r})"
     _check_scope(prim, scope)
     st = _compute_stage(s, t, prim)
-    if st.is_scheduled or st.attach[0] != "root":
+    if st.is_scheduled or st.attach is not Attach.ROOT:
         raise ScheduleError(f"stage '{st.name}': {prim}: apply cache_write before any other "
                             f"primitive on '{st.name}' (its loops are about to be replaced)")
     op = st.op
@@ -117,7 +118,7 @@ def rfactor(s: Schedule, t: Tensor, loop: IterVar) -> Tensor:
     if lp.kind is not IterKind.REDUCE:
         raise ScheduleError(f"stage '{st.name}': {prim}: loop '{lp.name}' is spatial; rfactor "
                             "takes one of the reduction's loops")
-    if st.annotations or st.attach[0] != "root" or any(
+    if st.annotations or st.attach is not Attach.ROOT or any(
             r.parent.kind is IterKind.SPATIAL for r in st.relations if isinstance(r, Split)) \
             or any(getattr(r, "fused", None) is not None for r in st.relations):
         raise ScheduleError(f"stage '{st.name}': {prim}: apply rfactor right after splitting "

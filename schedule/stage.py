@@ -14,6 +14,7 @@ from ..errors import ScheduleError
 from ..lang.dtype import MAX_EXTENT, as_size
 from ..lang.expr import Const, Expr, IterKind, IterVar, Var
 from ..lang.simplify import simplify
+from .attach import Attach, AttachAt, AttachPoint
 from .steps import Step
 
 if TYPE_CHECKING:
@@ -73,7 +74,7 @@ class Stage:
         self.tensor = op.output
         self.schedule = schedule
         self.name = name
-        self.attach: tuple = ("root",)        # ("root",) | ("inline",) | ("at", Stage, IterVar)
+        self.attach: AttachPoint = Attach.ROOT
         self.is_output = False
         self.scope: str | None = None         # memory scope of a cache stage's buffer
         self.reset(op)
@@ -301,7 +302,7 @@ class Stage:
         if not self.schedule._reads_transitively(parent, self):
             raise self._err(prim, f"stage '{parent.name}' does not read '{self.name}' (not even "
                             "through inlined stages); compute_at a consumer of it")
-        self.attach = ("at", parent, v)
+        self.attach = AttachAt(parent, v)
         self._record("compute_at", parent.name, v.name)
 
     def compute_inline(self) -> None:
@@ -311,12 +312,12 @@ class Stage:
         if self.op.is_reduction:
             raise self._err(prim, "a reduction cannot be inlined (its consumers would redo the "
                             "whole reduction per element); compute_at it instead")
-        self.attach = ("inline",)
+        self.attach = Attach.INLINE
         self._record("compute_inline")
 
     def compute_root(self) -> None:
         """Compute the whole tensor before its consumers (the default)."""
-        self.attach = ("root",)
+        self.attach = Attach.ROOT
         self._record("compute_root")
 
     def _check_not_output(self, prim: str) -> None:

@@ -67,6 +67,7 @@ from dataclasses import dataclass, field
 from ..backends.target import Target
 from ..errors import LooptuneError, ScheduleError
 from ..lang.tensor import ComputeOp, PlaceholderOp, Tensor
+from ..schedule.attach import Attach
 from ..schedule.schedule import Schedule, create_schedule, topo_ops
 from . import auto_cpu as cpu
 from . import auto_gpu as gpu_rules
@@ -246,7 +247,7 @@ def _apply_choices(cfg, p: _Plan) -> None:
     attached = {id(x) for xs in at_row.values() for x in xs}
     par = bool(p.threads) and cfg["parallel"].val
     for st in p.rooted:
-        if st.attach[0] == "inline" or id(st) in attached:
+        if st.attach is Attach.INLINE or id(st) in attached:
             continue
         name, epi, t = p.names[id(st)], p.epis.get(id(st)), st.tensor
         if p.gpu:
@@ -265,7 +266,7 @@ def _rows_attached(cfg, s: Schedule, stages, per_row: dict, names: dict) -> dict
     per row too (else its knob is ignored and it stays at root)."""
     attached: set[int] = set()
     for st in reversed(stages):
-        if id(st) in per_row and st.attach[0] != "inline" and \
+        if id(st) in per_row and st.attach is not Attach.INLINE and \
                 cfg[f"{names[id(st)]}.at"].val == "row" and \
                 all(r is per_row[id(st)] or id(r) in attached
                     for r in readers_through_inlined(s, st)):

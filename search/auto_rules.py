@@ -17,6 +17,7 @@ from ..errors import LooptuneError
 from ..lang.expr import BinKind, Call, Const, Load, Select, Var
 from ..lang.tensor import ComputeOp, PlaceholderOp
 from ..lang.visitor import ExprVisitor, collect_loads, collect_vars
+from ..schedule.attach import Attach
 
 ACCUMULATORS = 16      # vector registers a register tile may hold (x86 and NEON have >= 16)
 PANEL_VECTORS = 4      # a column panel of the fallback: this many vectors wide
@@ -312,7 +313,7 @@ def readers_through_inlined(s, st) -> list:
     """The stages reading ``st``, looking through inlined ones."""
     out = []
     for r in s.readers(st):
-        out += readers_through_inlined(s, r) if r.attach[0] == "inline" else [r]
+        out += readers_through_inlined(s, r) if r.attach is Attach.INLINE else [r]
     return out
 
 

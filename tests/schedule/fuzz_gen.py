@@ -27,6 +27,7 @@ import numpy as np
 
 import looptune as lt
 from looptune.lang.expr import Const, IterKind
+from looptune.schedule import Attach
 from looptune.schedule import steps as steps_mod
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -95,7 +96,7 @@ def _const(extent) -> int | None:
 
 
 def _live_stages(s):
-    return [st for st in s.stages if st.attach[0] != "inline"] or list(s.stages)
+    return [st for st in s.stages if st.attach is not Attach.INLINE] or list(s.stages)
 
 
 def _any_loop(s, rng):
@@ -124,7 +125,7 @@ def _readers(s, st):
             if id(r) in seen:
                 continue
             seen.add(id(r))
-            (stack if r.attach[0] == "inline" else out).append(r)
+            (stack if r.attach is Attach.INLINE else out).append(r)
     return out
 
 
@@ -241,7 +242,7 @@ REFUSED = object()
 
 
 def _cache_write(r, s, rng, bad):
-    fresh = [st for st in _live_stages(s) if not st.is_scheduled and st.attach[0] == "root"]
+    fresh = [st for st in _live_stages(s) if not st.is_scheduled and st.attach is Attach.ROOT]
     st = _choice(rng, s.stages if bad or not fresh else fresh)
     tc = r.attempt(f"{st.name}_c = s.cache_write({st.name}, 'local')",
                    lambda: s.cache_write(st.tensor, "local"))
@@ -311,11 +312,8 @@ MEMORY_PRIMITIVES = {"cache_write": (1.0, _cache_write), "cache_read": (1.0, _ca
 
 def _snapshot(s) -> tuple:
     """What a refused primitive must leave unchanged."""
-    def attach(st):
-        a = st.attach
-        return (a[0],) if a[0] != "at" else ("at", a[1].name, a[2].name)
     return (len(s.steps), tuple(
-        (st.name, tuple(v.name for v in st.leaf_iter_vars), attach(st),
+        (st.name, tuple(v.name for v in st.leaf_iter_vars), str(st.attach),
          tuple(sorted((v.name, a[0].value) for v, a in st.annotations.items())))
         for st in s.stages))
 

@@ -7,6 +7,7 @@ import looptune as lt
 import numpy as np
 import pytest
 from looptune.report import make_arrays
+from looptune.schedule import Attach, AttachAt
 from looptune.search import MeasureOption, auto_schedule, auto_task
 from looptune.search.auto import dag_digest, is_contraction
 from util import check_outputs, pick_config, run_check
@@ -39,8 +40,8 @@ def test_space_of_a_matmul_with_an_epilogue():
     assert {"C.tile0", "C.mid0", "C.tile1", "C.mid1", "C.red0", "C.order", "C.unroll",
             "C.pack"} == knobs
     s, _ = task.instantiate(0)
-    assert s[D].attach[0] == "root"
-    assert s.stage("C").attach[0] == "at"          # computed per tile of D: fused
+    assert s[D].attach is Attach.ROOT
+    assert isinstance(s.stage("C").attach, AttachAt)  # computed per tile of D: fused
     assert task.flop == 2 * 37 * 29 * 23 + 37 * 29
 
 
@@ -91,22 +92,24 @@ def test_row_statistics_computed_per_row_of_the_output():
     def run(cfg):
         s, tensors = task.instantiate(cfg)
         run_check(s, tensors, data, want, **w.tol)
-        attach.update({st.name: st.attach[0] for st in s.stages})
+        attach.update({st.name: st.attach for st in s.stages})
         return s
     s = run(pick_config(sp, {"expx.inline": False, "expx.at": "row", "rowmax.at": "row",
                              "rowsum.at": "row", "rowmax.lanes": LANES, "rowsum.lanes": 2 * LANES}))
-    assert [attach[n] for n in ("rowmax", "rowmax.rf", "expx", "rowsum", "rowsum.rf")] == \
-        ["at"] * 5
-    assert s.stage("rowmax").attach[1] is s.stage("softmax")
+    assert all(isinstance(attach[n], AttachAt)
+               for n in ("rowmax", "rowmax.rf", "expx", "rowsum", "rowsum.rf"))
+    assert s.stage("rowmax").attach.stage is s.stage("softmax")
     # expx inlined: the reductions read X per row, no rfactor with one lane
     run(pick_config(sp, {"expx.inline": True, "rowmax.at": "row", "rowsum.at": "row",
                          "rowmax.lanes": 1, "rowsum.lanes": 1}))
-    assert attach["rowmax"] == attach["rowsum"] == "at" and attach["expx"] == "inline"
+    assert isinstance(attach["rowmax"], AttachAt) and isinstance(attach["rowsum"], AttachAt)
+    assert attach["expx"] is Attach.INLINE
     # rowmax per row, but its reader expx at root (it needs every row first): rowmax stays
     # at root, where it is valid, instead of an invalid schedule
     run(pick_config(sp, {"expx.inline": False, "expx.at": "root", "rowmax.at": "row",
                          "rowsum.at": "row"}))
-    assert attach["rowmax"] == attach["expx"] == "root" and attach["rowsum"] == "at"
+    assert attach["rowmax"] is attach["expx"] is Attach.ROOT
+    assert isinstance(attach["rowsum"], AttachAt)
     for cfg in sp.sample(16, 5):
         run(cfg)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import looptune as lt
 import numpy as np
 import pytest
+from looptune.schedule import Attach, AttachAt
 from looptune.search import auto_task
 from looptune.search.auto_rules import machine_of
 from util import check_outputs, pick_config
@@ -96,7 +97,7 @@ def test_bias_relu_transpose_chain_is_one_epilogue():
     assert not [k for k in task.config_space.knobs if not k.startswith("C.")
                 and k != "parallel"]
     s, _ = task.instantiate(0)
-    assert s.stage("C").attach[0] == "at" and s.stage("E").attach[0] == "inline"
+    assert isinstance(s.stage("C").attach, AttachAt) and s.stage("E").attach is Attach.INLINE
     for i in _configs(task, 4):
         check_outputs(task.instantiate(i)[0], [A, B, bias, G],
                       lambda a, b, c: np.maximum(_mm(a, b) + c, 0).T)
@@ -163,7 +164,7 @@ def test_gemv_against_a_transposed_weight_is_rfactored_over_lanes():
     task = auto_task([x, W, y])
     assert task.config_space.knobs["y.lanes"].values[0] == L
     s, _ = task.instantiate(0)
-    assert s.stage("y.rf").attach[0] == "at"
+    assert isinstance(s.stage("y.rf").attach, AttachAt)
     for i in _configs(task, 4):
         check_outputs(task.instantiate(i)[0], [x, W, y], lambda a, w: w.astype(np.float64) @ a)
 
@@ -223,9 +224,9 @@ def test_softmax_fallback_is_fused_per_row_with_buffered_exponentials():
     out = lt.compute((7, 45), lambda i, j: e[i, j] / sm[i], name="out")
     task = auto_task([X, out])
     s, _ = task.instantiate(0)
-    attach = {st.name: st.attach[0] for st in s.stages}
-    assert attach["e"] == attach["mx"] == attach["sm"] == "at"
-    assert attach["mx.rf"] == attach["sm.rf"] == "at"
+    attach = {st.name: type(st.attach) for st in s.stages}
+    assert attach["e"] == attach["mx"] == attach["sm"] == AttachAt
+    assert attach["mx.rf"] == attach["sm.rf"] == AttachAt
 
     def want(x):
         z = np.exp(x.astype(np.float64) - x.max(1, keepdims=True))
