@@ -68,6 +68,7 @@ from looptune.search import (
     GBTTuner,
     MeasureOption,
     Measurer,
+    TuningError,
     auto_task,
     create_task,
     load_records,
@@ -320,10 +321,13 @@ def run_one(workload: str, args: tuple, tuner_name: str, seed: int, trials: int,
     tuner = make_tuner(tuner_name, task, seed, out, workload)
     setup = time.perf_counter() - t0
     clock, elapsed = _Clock(tuner), _Elapsed(t0)
-    tuner.tune(trials, opt, callbacks=[log_to_file(log), elapsed], seconds=seconds)
+    try:
+        tuner.tune(trials, opt, callbacks=[log_to_file(log), elapsed], seconds=seconds)
+    except TuningError as e:         # every candidate failed: the run found nothing (0 GFLOP/s)
+        print(f"{workload} {tuner_name} seed {seed}: {e}", file=sys.stderr)
     wall = time.perf_counter() - t0
     shutil.rmtree(cache, ignore_errors=True)
-    recs = load_records(log, task)
+    recs = load_records(log, task) if os.path.exists(log) else []
     inc = incumbents(recs)
     measured = [r for r in recs if r.kind == "measure"]
     assert len(inc) == len(elapsed.times), (len(inc), len(elapsed.times))

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from looptune.search import ErrorKind, MeasureOption, MeasureResult, TuningError, create_task
 from looptune.search.log import Record, rank_configs
 from looptune.search.template import TaskKey
 
@@ -217,6 +218,39 @@ def test_auto_workloads_are_auto_task_spaces_of_the_examples():
     assert task.name.startswith("auto_") and task.config_space.size > 1
     assert task.flop == pytest.approx(se.make_task("auto_softmax", (13, 45)).flop)
     assert se.make_task("matmul", (24, 40, 33)).name == "se_matmul"
+
+
+class _FailingTuner:
+    """Stands in for a tuner whose every candidate fails (tune raises TuningError)."""
+
+    def __init__(self, task):
+        self.task = task
+
+    def next_batch(self, n):
+        return []
+
+    def update(self, configs, results):
+        return None
+
+    def tune(self, n_trial, opt, callbacks=(), seconds=None):
+        for i in range(3):
+            res = MeasureResult(self.task.config_space.get(i), [], ErrorKind.BUILD_ERROR, "x")
+            for cb in callbacks:
+                cb(self, res)
+        raise TuningError("every one of the 3 candidates failed", {"build_error": 3})
+
+
+def test_a_run_whose_every_candidate_failed_is_a_row_of_zeros(tmp_path, monkeypatch, capsys):
+    task = create_task("test_matmul", (5, 7, 3))
+    monkeypatch.setattr(se, "make_task", lambda w, a: task)
+    monkeypatch.setattr(se, "make_tuner", lambda *a: _FailingTuner(task))
+    monkeypatch.setenv("LOOPTUNE_CACHE", os.environ.get("LOOPTUNE_CACHE", ""))  # run_one sets it
+    opt = MeasureOption(n_parallel=1)
+    row = se.run_one("matmul", (5, 7, 3), "random", 0, 3, str(tmp_path), opt)
+    assert "matmul random seed 0: every one of the 3 candidates failed" in capsys.readouterr().err
+    assert (row["trials"], row["incumbent"], row["errors"]) == (3, [None] * 3, {"build_error": 3})
+    assert len(row["elapsed"]) == 3 and row["logged"] == [0.0] * 3
+    assert st.curve(row["incumbent"], {}) == [0.0] * 3
 
 
 # ---- end to end ------------------------------------------------------------------------------
