@@ -255,7 +255,8 @@ def build(s, args, target="c", name: str = "main", may_alias=()):
     if not isinstance(s, (Schedule, LoweredFunc)):
         raise BuildError(f"build: expected a schedule (lt.create_schedule) or a lowered "
                          f"function; got {type(s).__name__}")
-    func = s if isinstance(s, LoweredFunc) else lower(s, args, name=name)
+    func = s if isinstance(s, LoweredFunc) else lower(s, args, name=name,
+                                                      region_hook=tgt.region_hook)
     alias = _alias_positions(func, may_alias)
     if tgt.kind == "opencl":
         from .opencl import build_opencl

@@ -6,6 +6,10 @@ a loop, preceded by one (the readers of the previous iteration are done). Barrie
 inside thread loops, where not every work-item of the group would reach them, nor inside an
 ``if``: a work-group-level ``if (c) A else B`` holding barriers becomes A and B with the uniform
 ``c`` pushed down to their barrier-free statements.
+
+Lowering must not duplicate such a region (tail partitioning would copy each barrier region
+into both branches of an ``if``, and gains nothing on a GPU): :data:`REGION_HOOK` tells the
+statement passes so (``Target("opencl").region_hook``; schedule/passes/partition.py).
 """
 from __future__ import annotations
 
@@ -102,6 +106,39 @@ class _Push(StmtMutator):
 
     def visit_IfThenElse(self, s):
         raise AssertionError("an if holding barriers is split before its enclosing one")
+
+
+class _WorkGroupAlloc(StmtVisitor):
+    def __init__(self):
+        self.threads = self.allocs = False
+
+    def visit_For(self, s):
+        if s.kind is ForKind.THREAD and s.tag.startswith("threadIdx"):
+            self.threads = True
+        else:
+            super().visit_For(s)
+
+    def visit_Allocate(self, s):
+        self.allocs = True
+        super().visit_Allocate(s)
+
+
+class WorkGroupRegions:
+    """The opencl target's region hook for the statement passes (a ``RegionHook``)."""
+
+    def keeps_whole(self, body: Stmt) -> bool:
+        """Does ``body`` hold threadIdx loops and a buffer allocated outside them? The kernel
+        shares such a buffer in the work-group, behind barriers that every work-item must
+        reach: partitioning would duplicate each barrier region."""
+        v = _WorkGroupAlloc()
+        v.visit(body)
+        return v.threads and v.allocs
+
+    def __repr__(self) -> str:
+        return "WorkGroupRegions()"
+
+
+REGION_HOOK = WorkGroupRegions()
 
 
 def insert_barriers(s: Stmt, local: set[int]) -> Stmt:

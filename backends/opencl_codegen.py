@@ -37,10 +37,11 @@ from ..errors import BuildError, ScheduleError
 from ..lang import dtype as dt
 from ..lang.expr import Const, Expr, Var
 from ..lang.intrinsics import INTRINSICS, render
-from ..lang.simplify import const_bound, simplify, upper_bound
+from ..lang.simplify import simplify, upper_bound
 from ..lang.tensor import PlaceholderOp
 from ..lang.visitor import ExprVisitor, collect_vars
 from ..schedule.lower import LoweredFunc
+from ..schedule.ranges import RangeContext
 from ..schedule.stmt import Allocate, Buffer, For, ForKind, Seq, Stmt, StmtVisitor, Store
 from .c_codegen import FLOOR_HELPERS, CCodegen, _CExpr, _dim, _minmax_helpers
 from .opencl_barriers import insert_barriers
@@ -97,14 +98,6 @@ def const_elems(b: Buffer) -> int | None:
     return n.value if isinstance(n, Const) else None
 
 
-def _set_range(ranges: dict, v: Var, mn: Expr, ext: Expr) -> None:
-    """Record the constant range of loop variable ``v`` where its bounds have one."""
-    ub = upper_bound(ext, ranges)
-    lo, hi = const_bound(mn, ranges)
-    if ub is not None and lo is not None and hi is not None:
-        ranges[v] = (lo, hi + max(ub, 1) - 1)
-
-
 def _same(a: Expr, b: Expr) -> bool:
     if a == b:
         return True
@@ -148,7 +141,7 @@ class _Scan(StmtVisitor):
         self.kname = kname
         self.size_vars = set(size_vars)
         self.stack: list[For] = []
-        self.ranges: dict[Var, tuple[int, int]] = {}
+        self.ranges = RangeContext()
         self.lets: dict[Var, Expr] = {}
         self.fixed: dict[str, Expr] = {}         # tag -> extent in size variables only
         self.first: dict[str, For] = {}
@@ -174,11 +167,10 @@ class _Scan(StmtVisitor):
             self._bound(s)
         elif s.kind is ForKind.PARALLEL:
             self.parallel.append(s)
-        _set_range(self.ranges, s.var, s.min, s.extent)
         self.stack.append(s)
-        self.visit(s.body)
+        with self.ranges.loop(s.var, s.min, s.extent):
+            self.visit(s.body)
         self.stack.pop()
-        self.ranges.pop(s.var, None)
 
     def _bound(self, s: For) -> None:
         """Validate a bound loop and record its extent."""
@@ -208,7 +200,7 @@ class _Scan(StmtVisitor):
                     "launch has one size per tag: split the loops so their bound parts have "
                     "equal extents (e.g. split(..., nparts=N) for a producer)")
         else:
-            ub = upper_bound(ext, self.ranges)
+            ub = upper_bound(ext, self.ranges.facts)
             self.varying.setdefault(tag, []).append((s, ub))
 
     def visit_Allocate(self, s: Allocate):
@@ -228,10 +220,8 @@ class _Scan(StmtVisitor):
     def visit_LetStmt(self, s):
         self.visit_expr(s.value)
         self.lets[s.var] = s.value
-        lo, hi = const_bound(s.value, self.ranges)
-        if lo is not None and hi is not None:
-            self.ranges[s.var] = (lo, hi)
-        self.visit(s.body)
+        with self.ranges.let(s.var, s.value):
+            self.visit(s.body)
 
     def visit_Barrier(self, s):
         if self._in_thread():
@@ -357,12 +347,12 @@ class _KernelGen(CCodegen):
             return self._bound_loop(s)
         v = self.var_name(s.var)
         lo, ext = self.expr.visit(s.min), self.expr.visit(s.extent)
-        _set_range(self.ranges, s.var, s.min, s.extent)
         if s.kind is ForKind.UNROLLED:
             self.emit("#pragma unroll")
         end = ext if lo == "0" else f"{lo} + {ext}"
-        self._block(f"for (int64_t {v} = {lo}; {v} < {end}; ++{v})", lambda: self.visit(s.body))
-        self.ranges.pop(s.var, None)
+        with self.ranges.loop(s.var, s.min, s.extent):
+            self._block(f"for (int64_t {v} = {lo}; {v} < {end}; ++{v})",
+                        lambda: self.visit(s.body))
 
     def _bound_loop(self, s: For) -> None:
         """``v = min + id``; guarded where the loop is shorter than the launch, a strided
@@ -376,8 +366,8 @@ class _KernelGen(CCodegen):
         first = idx if lo == "0" else f"{lo} + {idx}"
         end = self.expr.visit(s.extent)
         end = end if lo == "0" else f"{lo} + {end}"
-        over = upper_bound(simplify(s.extent - launch), self.ranges)
-        _set_range(self.ranges, s.var, s.min, s.extent)
+        over = upper_bound(simplify(s.extent - launch), self.ranges.facts)
+        self.ranges.push_loop(s.var, s.min, s.extent)
         self.enclosing.append(s.tag)
         if not _same(s.extent, launch) and (over is None or over > 0):
             step = self.expr.visit(launch)
@@ -392,7 +382,7 @@ class _KernelGen(CCodegen):
                     self._block(f"if ({v} < {end})", lambda: self.visit(s.body))
             self._block(f"/* {c_comment(s.var.name)}: {s.tag} */", body)
         self.enclosing.pop()
-        self.ranges.pop(s.var, None)
+        self.ranges.pop()
 
     def visit_Store(self, s: Store):
         space = self.spaces.get(s.buffer.uid, "global")

@@ -74,6 +74,15 @@ class Target:
             _check_option(kind, key, opts[key], f"target({text!r})")
         return Target(kind, opts)
 
+    @property
+    def region_hook(self):
+        """What this target tells the statement passes about loop bodies they must keep whole
+        (``lower(region_hook=...)``): opencl's work-group regions; None for C."""
+        if self.kind == "opencl":
+            from .opencl_barriers import REGION_HOOK
+            return REGION_HOOK
+        return None
+
     def vector_lanes(self, dtype: str = "float32") -> int:
         """How many ``dtype`` elements one SIMD register of this C target holds, as its
         compiler sees ``-march`` (native by default): 16 float32 lanes with AVX-512, 8 with

@@ -7,8 +7,10 @@ The pipeline, in order (each step needs the one before):
   3. bound inference, consumers first: a stage's region needs the regions of its readers;
   4. build each root stage's nest, placing attached stages, tail guards (turned into loop
      bounds where the guarded loop is innermost in the guard), reduction init nests;
-  5. passes: simplify with loop ranges, then unroll (unrolling needs constant extents, which
-     simplification exposes).
+  5. passes (``_passes``, schedule/passes/): check loop nesting, simplify with scoped loop and
+     let ranges, partition tails, unroll (partitioning and unrolling need the constant extents
+     that simplification exposes), simplify again. With ``LOOPTUNE_VERIFY_IR=1`` the IR is
+     verified (schedule/verify.py) after the nest is built and after every pass.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from ..errors import ScheduleError
-from ..lang.expr import BinKind, BinOp, BufferLoad, Const, Expr, IterKind, IterVar, Load, Var
+from ..lang.expr import BinKind, BinOp, BufferLoad, Const, Expr, IterKind, IterVar, Var
 from ..lang.printer import expr_str
 from ..lang.simplify import _linear, simplify, upper_bound
 from ..lang.tensor import ComputeOp, PlaceholderOp, Tensor
@@ -27,7 +29,8 @@ from .attach import Attach, AttachAt
 from .stage import Annot, Stage
 from .stmt import (Allocate, Buffer, For, ForKind, IfThenElse, LetStmt, Stmt, Store, seq,
                    display_names, stmt_str)
-from .passes import check_nesting, partition_tails, simplify_stmt, unroll_loops
+from .passes import RegionHook, check_nesting, partition_tails, simplify_stmt, unroll_loops
+from .verify import verify_pass
 
 _FOR_KIND = {Annot.UNROLL: ForKind.UNROLLED, Annot.VECTORIZE: ForKind.VECTORIZED,
              Annot.PARALLEL: ForKind.PARALLEL, Annot.BIND: ForKind.THREAD}
@@ -62,13 +65,16 @@ class LoweredFunc:
         return html_fragment(self)
 
 
-def lower(s: Schedule, args, name: str = "main", *, unroll: bool = True) -> LoweredFunc:
+def lower(s: Schedule, args, name: str = "main", *, unroll: bool = True,
+          region_hook: RegionHook | None = None) -> LoweredFunc:
     """Lower schedule ``s`` to a loop nest taking ``args`` (tensors, in call order).
 
     ``unroll=False`` leaves the loops marked unrolled as loops (of kind ``UNROLLED``) instead
     of copying their bodies: about half the lowering time for analyses that only need the
-    nest's shape, such as cost-model features. Code generators get the default."""
-    return _Lowering(s, list(args), name, unroll).run()
+    nest's shape, such as cost-model features. Code generators get the default.
+    ``region_hook``: the target's say on loop bodies the passes must keep whole (``build``
+    passes ``Target.region_hook``; the opencl target keeps its work-group regions whole)."""
+    return _Lowering(s, list(args), name, unroll, region_hook).run()
 
 
 class _Inline(ExprMutator):
@@ -85,8 +91,10 @@ class _Inline(ExprMutator):
 
 
 class _Lowering:
-    def __init__(self, s: Schedule, args: list, name: str, unroll: bool = True):
+    def __init__(self, s: Schedule, args: list, name: str, unroll: bool = True,
+                 region_hook: RegionHook | None = None):
         self.s, self.args, self.name, self.unroll = s, args, name, unroll
+        self.region_hook = region_hook
         self.ranges: dict[Var, tuple[int, int]] = {}
         self.body: dict[Stage, Expr] = {}
         self.readers: dict[Stage, list[Stage]] = defaultdict(list)
@@ -118,13 +126,23 @@ class _Lowering:
             t = st.op.output
             if id(t) not in {id(a) for a in self.args}:
                 stmt = Allocate(self.buffers[id(t)], stmt)
-        check_nesting(stmt)
-        stmt = simplify_stmt(stmt)
-        stmt = partition_tails(stmt)   # before unrolling: it makes tile extents constant
-        if self.unroll:
-            stmt = unroll_loops(stmt)
-        stmt = simplify_stmt(stmt)         # again: copies and branches now have known values
+        stmt = self._passes(stmt, arg_bufs, size_vars)
         return LoweredFunc(self.name, self.args, arg_bufs, size_vars, stmt)
+
+    def _passes(self, stmt: Stmt, bufs: list[Buffer], size_vars: list[Var]) -> Stmt:
+        """The statement passes, in order (each verified under LOOPTUNE_VERIFY_IR=1)."""
+        def step(name: str, out: Stmt) -> Stmt:
+            return verify_pass(name, out, size_vars, bufs)
+
+        stmt = step("building the loop nest", stmt)
+        check_nesting(stmt)
+        stmt = step("simplify_stmt", simplify_stmt(stmt))
+        # before unrolling: it makes tile extents constant
+        stmt = step("partition_tails", partition_tails(stmt, self.region_hook))
+        if self.unroll:
+            stmt = step("unroll_loops", unroll_loops(stmt))
+        # again: copies and branches now have known values
+        return step("simplify_stmt (second)", simplify_stmt(stmt))
 
     def _check_args(self, stages):
         seen, bufs, names = set(), [], set()
@@ -425,4 +443,4 @@ def _as_expr(d) -> Expr:
     return d if isinstance(d, Expr) else Const(d, "int32")
 
 
-__all__ = ["LoweredFunc", "lower", "Load"]
+__all__ = ["LoweredFunc", "lower"]

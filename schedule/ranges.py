@@ -31,7 +31,7 @@ class RangeContext:
     """Inclusive constant ranges ``(lo, hi)`` of the variables bound around the current
     statement; ``facts`` is the table to give ``simplify``/``const_bound``/``upper_bound``."""
 
-    __slots__ = ("facts", "_saved")
+    __slots__ = ("_saved", "facts")
 
     def __init__(self, facts: dict[Var, tuple[int, int]] | None = None):
         self.facts: dict[Var, tuple[int, int]] = dict(facts or {})

@@ -88,6 +88,9 @@ class Barrier(Stmt):
     scope: str = "local"
 
 
+EMPTY = Seq(())   # the statement that does nothing (passes compare with ``is``)
+
+
 def seq(*stmts: Stmt | None) -> Stmt:
     """A Seq of the non-empty statements, flattening nested Seqs."""
     out: list[Stmt] = []

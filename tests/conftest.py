@@ -1,4 +1,5 @@
-"""Shared pytest configuration: the --update-golden option and a per-test seeded RNG."""
+"""Shared pytest configuration: the --update-golden option, a per-test seeded RNG, IR
+verification after every pass (LOOPTUNE_VERIFY_IR=1) and the opencl target fixture."""
 from __future__ import annotations
 
 import os
@@ -10,6 +11,9 @@ import pytest
 
 # tests/util.py is imported as ``util`` by the test modules (they live in sub-folders).
 sys.path.insert(0, os.path.dirname(__file__))
+
+# every lowering in the tests verifies its IR after each statement pass (schedule/verify.py)
+os.environ.setdefault("LOOPTUNE_VERIFY_IR", "1")
 
 
 def pytest_addoption(parser):

@@ -224,7 +224,8 @@ def test_producer_longer_than_the_launch_is_strided(target, monkeypatch):
     # its <= 16 columns on threadIdx.x of extent 16: a guard. (Tail partitioning would give the
     # full tiles a constant 10 rows, which disagrees with 8: turn it off to see the general case)
     import sys
-    monkeypatch.setattr(sys.modules["looptune.schedule.lower"], "partition_tails", lambda s: s)
+    monkeypatch.setattr(sys.modules["looptune.schedule.lower"], "partition_tails",
+                        lambda s, region_hook=None: s)
     w = util.blur(37, 53)
     s = w.schedule()
     by, bx = w["blur_y"], w["blur_x"]

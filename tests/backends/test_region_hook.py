@@ -1,0 +1,88 @@
+"""The opencl work-group region behind a hook: lowering and tail partitioning know nothing of
+OpenCL; Target("opencl").region_hook (backends/opencl_barriers.py) keeps a work-group region
+(threadIdx loops beside a buffer the group shares) whole, and build passes it."""
+from __future__ import annotations
+
+import numpy as np
+import util
+
+import looptune as lt
+from looptune.backends.opencl_barriers import REGION_HOOK, WorkGroupRegions
+from looptune.lang.expr import BinKind, BinOp, Const, Var
+from looptune.schedule.passes import partition_tails
+from looptune.schedule.stmt import (Allocate, Buffer, For, ForKind, IfThenElse, Stmt, Store,
+                                    seq)
+
+
+def _shared_tiles(w: util.Workload):
+    """matmul with A and B staged in shared tiles per 8 x 8 work-group (test_opencl's)."""
+    A, B, C = w["A"], w["B"], w["C"]
+    s = w.schedule()
+    AS, BS = s.cache_read(A, "shared", [C]), s.cache_read(B, "shared", [C])
+    CL = s.cache_write(C, "local")
+    i, j = s[C].op.axis
+    by, bx, ty, tx = s[C].tile(i, j, 8, 8)
+    for v, tag in ((by, "blockIdx.y"), (bx, "blockIdx.x"), (ty, "threadIdx.y"),
+                   (tx, "threadIdx.x")):
+        s[C].bind(v, tag)
+    s[CL].compute_at(s[C], bx)
+    ci, cj = s[CL].op.axis
+    ko, _ = s[CL].split(s[CL].op.reduce_axis[0], factor=8)
+    s[CL].reorder(ko, ci, cj)
+    s[CL].bind(ci, "threadIdx.y")
+    s[CL].bind(cj, "threadIdx.x")
+    for X in (AS, BS):
+        s[X].compute_at(s[CL], ko)
+        a0, a1 = s[X].op.axis
+        s[X].bind(a0, "threadIdx.y")
+        s[X].bind(a1, "threadIdx.x")
+    return s
+
+
+def test_target_supplies_the_hook():
+    assert lt.Target.parse("opencl").region_hook is REGION_HOOK
+    assert lt.Target.parse("c").region_hook is None
+
+
+def test_lowering_keeps_the_work_group_region_only_with_the_hook():
+    w = util.matmul(37, 53, 29)
+    s = _shared_tiles(w)
+    plain = str(lt.lower(s, w.args))
+    kept = str(lt.lower(s, w.args, region_hook=REGION_HOOK))
+    assert plain.count("allocate A.shared") > 1        # partitioned: the region duplicated
+    assert kept.count("allocate A.shared") == 1
+
+
+def test_hook_decides_per_body():
+    """partition_tails asks the hook about each loop body; a hook that keeps every body whole
+    turns partitioning off, the opencl hook only where threads share an allocation."""
+    i, ii = Var("i", "int32"), Var("ii", "int32")
+    out = Buffer("O", (10,), "float32")
+    ext = BinOp(BinKind.MIN, Const(4, "int32"), Const(10, "int32") - i * 4)
+    tail = For(ii, Const(0, "int32"), ext, ForKind.SERIAL,
+               Store(out, (i * 4 + ii,), Const(1.0, "float32")))
+    loop = For(i, Const(0, "int32"), Const(3, "int32"), ForKind.SERIAL, tail)
+
+    class KeepAll:
+        def keeps_whole(self, body: Stmt) -> bool:
+            return True
+
+    assert isinstance(partition_tails(loop).body, IfThenElse)
+    assert partition_tails(loop, KeepAll()) == loop
+    assert isinstance(partition_tails(loop, WorkGroupRegions()).body, IfThenElse)
+    t = Var("t", "int32")
+    local = Buffer("L", (4,), "float32", "shared")
+    threads = For(t, Const(0, "int32"), Const(4, "int32"), ForKind.THREAD,
+                  Store(local, (t,), Const(0.0, "float32")), "threadIdx.x")
+    assert REGION_HOOK.keeps_whole(Allocate(local, seq(threads, tail)))
+    assert not REGION_HOOK.keeps_whole(seq(threads, tail))      # nothing shared
+    assert not REGION_HOOK.keeps_whole(Allocate(local, tail))    # no threads
+
+
+def test_built_with_the_hook_differential(opencl):
+    """What build compiles for opencl (with the hook) against numpy, at odd sizes."""
+    w = util.matmul(37, 53, 29)
+    f = lt.build(_shared_tiles(w), w.args, target=opencl, name=w.name)
+    data = w.make_data(np.random.default_rng(3))
+    util.run_check(None, w.args, data, w.reference(data), f=f, **w.tol)
+    assert "barrier(CLK_LOCAL_MEM_FENCE);" in f.source
