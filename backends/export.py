@@ -171,20 +171,12 @@ def export_library(modules, path, cc: str | None = None, march=None) -> dict[str
     base = library_base(path)
     c_mods = [m for m in mods if m.target.kind == "c"]
     cl_mods = [m for m in mods if m.target.kind == "opencl"]
-    if len({str(m.target) for m in cl_mods}) > 1:
-        raise BuildError("export_library: the OpenCL functions were built for different targets "
-                         f"({', '.join(sorted({repr(str(m.target)) for m in cl_mods}))}); one "
-                         "library runs on one device: build them for one target")
+    _check_one_cl_target(cl_mods)
     cc = cc or (c_mods[0].target.options.get("cc", "gcc") if c_mods else "gcc")
     compiler_version(cc)
     out = {ext: base.with_name(base.name + "." + ext) for ext in ("c", "h", "so", "a")}
     stem = c_identifier(base.name).lower()
-    for fn in ([f"{stem}_opencl_error"] if cl_mods else []) + \
-            ([f"{stem}_target"] if len(variants) > 1 else []):
-        if fn in names:
-            raise BuildError(f"export_library: the function '{fn}' has the name of one the "
-                             f"library adds; got it among {sorted(names)}; rename the function "
-                             "(name=... in lt.build) or the library")
+    _check_added_names(names, stem, bool(cl_mods), len(variants) > 1)
     opts = {k: v for k, v in (c_mods[0].target.options if c_mods else {}).items()
             if k in ("O", "fast-math")}
     parallel = any(m.uses_parallel for v in variants for m in v.mods if m.target.kind == "c")
@@ -198,17 +190,42 @@ def export_library(modules, path, cc: str | None = None, march=None) -> dict[str
         out["c"].write_text(_source(variants, stem, out["h"].name, runtime))
         libs = ["-lmvec"] if any(c.vector_math for v in variants for c in v.codes) else []
         libs += ["-ldl", "-lpthread"] if cl_mods else []
-        jobs = [(v.flags + ([f"-DLT_VARIANT={LEVELS[v.march]}"] if len(variants) > 1 else []),
-                 base.with_name(f"{base.name}.{v.march}.o")) for v in variants]
-        if len(variants) > 1:
-            jobs.append((flags_for({**opts, "march": "x86-64"}, False),
-                         base.with_name(f"{base.name}.dispatch.o")))
-        _compile(cc, jobs, out, libs)
+        _compile(cc, _jobs(variants, base, opts), out, libs)
     except OSError as e:
         raise BuildError(f"export_library({str(path)!r}): cannot write {e.filename} "
                          f"({e.strerror}); got the path {str(path)!r}; export to a writable "
                          "directory, with a shorter file name") from None
     return out
+
+
+def _check_one_cl_target(cl_mods) -> None:
+    """BuildError unless every OpenCL function was built for one target."""
+    if len({str(m.target) for m in cl_mods}) > 1:
+        raise BuildError("export_library: the OpenCL functions were built for different targets "
+                         f"({', '.join(sorted({repr(str(m.target)) for m in cl_mods}))}); one "
+                         "library runs on one device: build them for one target")
+
+
+def _check_added_names(names, stem: str, opencl: bool, dispatch: bool) -> None:
+    """BuildError when a function has the name of one the library adds (its OpenCL error
+    reporter, its target dispatcher)."""
+    for fn in ([f"{stem}_opencl_error"] if opencl else []) + \
+            ([f"{stem}_target"] if dispatch else []):
+        if fn in names:
+            raise BuildError(f"export_library: the function '{fn}' has the name of one the "
+                             f"library adds; got it among {sorted(names)}; rename the function "
+                             "(name=... in lt.build) or the library")
+
+
+def _jobs(variants, base: Path, opts: dict) -> list[tuple[list[str], Path]]:
+    """(flags, object file) to compile: one per variant, plus the dispatcher where several."""
+    many = len(variants) > 1
+    jobs = [(v.flags + ([f"-DLT_VARIANT={LEVELS[v.march]}"] if many else []),
+             base.with_name(f"{base.name}.{v.march}.o")) for v in variants]
+    if many:
+        jobs.append((flags_for({**opts, "march": "x86-64"}, False),
+                     base.with_name(f"{base.name}.dispatch.o")))
+    return jobs
 
 
 def _check_march(cc: str, march: str) -> None:

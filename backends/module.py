@@ -11,7 +11,7 @@ import numpy as np
 
 from ..lang.expr import Expr, Var
 from ..lang.simplify import simplify
-from ..lang.visitor import collect_vars, substitute
+from ..lang.visitor import substitute
 
 
 @dataclass
@@ -236,6 +236,3 @@ def pin_openmp_runtime() -> bool:
             pass
     return bool(_PINNED)
 
-
-def uses_vars(t) -> bool:
-    return any(isinstance(s, Expr) and collect_vars(s) for s in t.shape)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..lang.expr import BinKind, BinOp, Cast, Const, Expr, IterVar, Var
+from ..lang.expr import BinKind, BinOp, Const, Expr, IterVar, Var
 from ..lang.simplify import push_minmax, simplify, upper_bound
 from ..lang.visitor import ExprVisitor
 from .stage import Fuse, Split, Stage
@@ -195,6 +195,3 @@ def union_region(shape, accesses: list[tuple[Expr, ...]], env: dict, ranges: dic
         region.append((lo, simplify(push_minmax(simplify(hi - lo + 1, ranges)), ranges)))
     return region
 
-
-def int_cast(e: Expr) -> Expr:
-    return e if e.dtype == "int32" else Cast("int32", e)
