@@ -42,6 +42,7 @@ from ..lang.tensor import PlaceholderOp
 from ..lang.visitor import ExprVisitor, collect_vars
 from ..schedule.lower import LoweredFunc
 from ..schedule.ranges import RangeContext
+from ..schedule.verify import verify_pass
 from ..schedule.stmt import Allocate, Buffer, For, ForKind, Seq, Stmt, StmtVisitor, Store
 from .c_codegen import FLOOR_HELPERS, CCodegen, _CExpr, _dim, _minmax_helpers
 from .opencl_barriers import insert_barriers
@@ -497,7 +498,7 @@ def _kernel(f: LoweredFunc, part: Stmt, kname: str, global_bufs: list[Buffer],
     spaces = scan.spaces()
     scan.check_races(spaces)
     local = {u for u, sp in spaces.items() if sp == "local"}
-    part = insert_barriers(part, local)
+    part = verify_pass("insert_barriers", insert_barriers(part, local), f.size_vars, global_bufs)
     if not scan.launch:
         log.info("kernel '%s' has no bound loops; it runs as a single work-item (correct but "
                  "serial): bind its outer loops to blockIdx/threadIdx", kname)

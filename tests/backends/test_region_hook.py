@@ -4,6 +4,7 @@ OpenCL; Target("opencl").region_hook (backends/opencl_barriers.py) keeps a work-
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import util
 
 import looptune as lt
@@ -86,3 +87,32 @@ def test_built_with_the_hook_differential(opencl):
     data = w.make_data(np.random.default_rng(3))
     util.run_check(None, w.args, data, w.reference(data), f=f, **w.tol)
     assert "barrier(CLK_LOCAL_MEM_FENCE);" in f.source
+
+
+def test_kernel_barriers_are_verified(monkeypatch):
+    """The opencl generator verifies each kernel after insert_barriers (LOOPTUNE_VERIFY_IR=1):
+    a barrier placed under an ``if`` is caught before any OpenCL compiler runs."""
+    from looptune.backends import opencl_codegen
+    from looptune.schedule.stmt import Barrier
+    from looptune.schedule.verify import IRVerifyError
+    w = util.matmul(37, 53, 29)
+    f = lt.lower(_shared_tiles(w), w.args, region_hook=REGION_HOOK)
+    assert "barrier(CLK_LOCAL_MEM_FENCE);" in opencl_codegen.generate_opencl(f).source
+    cond = Var("n", "int32") < 3
+    monkeypatch.setattr(opencl_codegen, "insert_barriers",
+                        lambda part, local: seq(part, IfThenElse(cond, Barrier())))
+    with pytest.raises(IRVerifyError, match=r"verify\(after insert_barriers\): variable 'n'"):
+        opencl_codegen.generate_opencl(f)
+    monkeypatch.setattr(opencl_codegen, "insert_barriers",
+                        lambda part, local: _under_if(part))
+    with pytest.raises(IRVerifyError, match=r"verify\(after insert_barriers\): a barrier "
+                                            "inside an if"):
+        opencl_codegen.generate_opencl(f)
+
+
+def _under_if(part: Stmt) -> Stmt:
+    """``part`` with a barrier under ``if (blockIdx.y loop var) < 3`` inside its outer loop."""
+    from looptune.schedule.stmt import Barrier
+    assert isinstance(part, For), part
+    return For(part.var, part.min, part.extent, part.kind,
+               seq(IfThenElse(part.var < 3, Barrier()), part.body), part.tag)
