@@ -25,9 +25,17 @@ from .optuna_tuner import OptunaTuner
 from .sa_tuner import SATuner
 from .space import ConfigEntity, ConfigSpace, FallbackConfig
 from .task import Task, create_task
-from .template import DispatchContext, TaskKey, Template, get_template, registered, template
+from .template import (
+    DagTemplate,
+    DispatchContext,
+    TaskKey,
+    Template,
+    get_template,
+    registered,
+    template,
+)
 from .tuner import Tuner, TuningError
-from .tuners import GridTuner, RandomTuner
+from .tuners import TUNERS, GridTuner, RandomTuner, make_tuner
 from .workers import worker_role
 
 __all__ = ["auto_schedule", "auto_task", "LogToFile", "ProgressBar", "log_to_file",
@@ -37,4 +45,4 @@ __all__ = ["auto_schedule", "auto_task", "LogToFile", "ProgressBar", "log_to_fil
            "measure_configs", "SATuner", "ConfigEntity", "ConfigSpace", "FallbackConfig",
            "Task", "create_task", "DispatchContext", "TaskKey", "Template", "get_template",
            "registered", "template", "Tuner", "TuningError", "GridTuner", "RandomTuner",
-           "worker_role"]
+           "worker_role", "DagTemplate", "TUNERS", "make_tuner"]

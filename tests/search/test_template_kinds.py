@@ -184,6 +184,8 @@ def test_every_tuner_name_makes_its_class_and_is_public():
         t = make_tuner(name, task, seed=3)
         assert type(t) is cls and t.seed == 3
         assert getattr(lt.search, cls.__name__) is cls and cls.__name__ in lt.search.__all__
+    assert lt.search.TUNERS is TUNERS and lt.search.make_tuner is make_tuner
+    assert lt.search.DagTemplate is DagTemplate
     assert tuner_class(RandomTuner) is RandomTuner
     assert type(make_tuner(GridTuner, task)) is GridTuner
 
