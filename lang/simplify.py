@@ -10,6 +10,7 @@ Index arithmetic is assumed not to overflow; data arithmetic keeps exact C/numpy
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -214,11 +215,29 @@ def _build(terms: dict[Expr, int], const: int, dtype: str) -> Expr:
 
 # ---- binary rules --------------------------------------------------------------------------
 # A rule takes the simplifier (for its ranges), the operator and the simplified operands, and
-# returns the rewritten expression or None where it does not apply. Simplifier.binop tries them
-# in the order of _BIN_RULES; the first that applies wins. The affine rules assume no overflow:
-# they apply to index arithmetic only, never to data values (numpy wraps int32 data:
-# X*65536//65536 is not X).
+# returns the rewritten expression or None where it does not apply. @_rule(ops) lists it for
+# those operators; Simplifier.binop tries an operator's rules in the order they are defined
+# here, and the first that applies wins. The affine rules assume no overflow: they apply to
+# index arithmetic only, never to data values (numpy wraps int32 data: X*65536//65536 is not X).
 
+BinRule = Callable[["Simplifier", BinKind, Expr, Expr], "Expr | None"]
+_BIN_RULES: list[tuple[frozenset[BinKind], BinRule]] = []
+
+
+def _rule(*ops: BinKind) -> Callable[[BinRule], BinRule]:
+    """Add the decorated rule for ``ops`` (every operator when none is given)."""
+    def add(rule: BinRule) -> BinRule:
+        _BIN_RULES.append((frozenset(ops or BinKind), rule))
+        return rule
+    return add
+
+
+_ARITH = (BinKind.ADD, BinKind.SUB, BinKind.MUL)
+_MINMAX = (BinKind.MIN, BinKind.MAX)
+_LOGIC = (BinKind.AND, BinKind.OR)
+
+
+@_rule()
 def _fold_constants(s: Simplifier, op: BinKind, a: Expr, b: Expr) -> Expr | None:
     """c1 op c2 -> c (numpy's semantics; index dtypes in Python ints; x // 0 is left as is)."""
     if isinstance(a, Const) and isinstance(b, Const):
@@ -226,33 +245,34 @@ def _fold_constants(s: Simplifier, op: BinKind, a: Expr, b: Expr) -> Expr | None
     return None
 
 
+@_rule(*_ARITH)
 def _affine(s: Simplifier, op: BinKind, a: Expr, b: Expr) -> Expr | None:
     """index a + b, a - b, a * b -> the canonical affine form (io*32 + ii - io*32 -> ii)."""
-    if op in (BinKind.ADD, BinKind.SUB, BinKind.MUL) and _both_index(a, b):
+    if _both_index(a, b):
         t, c = _linear(BinOp(op, a, b))
         return _build(t, c, a.dtype)
     return None
 
 
+@_rule(BinKind.FLOORDIV, BinKind.FLOORMOD)
 def _divmod_const(s: Simplifier, op: BinKind, a: Expr, b: Expr) -> Expr | None:
     """index (c*k*t + r) // c -> k*t + r // c ; (c*k*t + r) % c -> r % c (constant c > 0;
     the ranges then decide r // c and r % c, see Simplifier._divmod)"""
-    if op in (BinKind.FLOORDIV, BinKind.FLOORMOD) and isinstance(b, Const) and b.value > 0 \
-            and _both_index(a, b):
+    if isinstance(b, Const) and b.value > 0 and _both_index(a, b):
         return s._divmod(op, a, b.value)
     return None
 
 
+@_rule(*_MINMAX)
 def _minmax_same(s: Simplifier, op: BinKind, a: Expr, b: Expr) -> Expr | None:
     """min(x, x) -> x ; max(x, x) -> x"""
-    if op in (BinKind.MIN, BinKind.MAX) and a == b:
-        return a
-    return None
+    return a if a == b else None
 
 
+@_rule(*_MINMAX)
 def _minmax_range(s: Simplifier, op: BinKind, a: Expr, b: Expr) -> Expr | None:
     """index min(a, b) -> a where a <= b over the ranges (-> b where a >= b); max alike."""
-    if op not in (BinKind.MIN, BinKind.MAX) or not _both_index(a, b):
+    if not _both_index(a, b):
         return None
     lo, hi = s.bound(s.binop(BinKind.SUB, a, b))
     a_le_b, a_ge_b = hi is not None and hi <= 0, lo is not None and lo >= 0
@@ -271,9 +291,10 @@ _DECIDE = {
 }
 
 
+@_rule(*_DECIDE)
 def _compare_range(s: Simplifier, op: BinKind, a: Expr, b: Expr) -> Expr | None:
     """index a < b (<=, ==, !=) -> True or False where the range of a - b decides it."""
-    if not op.is_compare or not _both_index(a, b):
+    if not _both_index(a, b):
         return None
     lo, hi = s.bound(s.binop(BinKind.SUB, a, b))
     lo, hi = -math.inf if lo is None else lo, math.inf if hi is None else hi
@@ -285,10 +306,9 @@ def _compare_range(s: Simplifier, op: BinKind, a: Expr, b: Expr) -> Expr | None:
     return None
 
 
+@_rule(*_LOGIC)
 def _logic_const(s: Simplifier, op: BinKind, a: Expr, b: Expr) -> Expr | None:
     """True & y -> y ; False & y -> False ; True | y -> True ; False | y -> y (either side)"""
-    if not op.is_logical:
-        return None
     for x, y in ((a, b), (b, a)):
         if isinstance(x, Const):
             if op is BinKind.AND:
@@ -297,11 +317,13 @@ def _logic_const(s: Simplifier, op: BinKind, a: Expr, b: Expr) -> Expr | None:
     return None
 
 
+@_rule(*_LOGIC)
 def _logic_same(s: Simplifier, op: BinKind, a: Expr, b: Expr) -> Expr | None:
     """x & x -> x ; x | x -> x"""
-    return a if op.is_logical and a == b else None
+    return a if a == b else None
 
 
+@_rule(BinKind.MUL, BinKind.DIV, BinKind.SUB)
 def _float_unit(s: Simplifier, op: BinKind, a: Expr, b: Expr) -> Expr | None:
     """float x*1 -> x ; 1*x -> x ; x/1 -> x ; x-0 -> x (not x+0: -0.0 + 0.0 is 0.0)"""
     if not dt.is_float(a.dtype):
@@ -316,8 +338,8 @@ def _float_unit(s: Simplifier, op: BinKind, a: Expr, b: Expr) -> Expr | None:
     return None
 
 
-_BIN_RULES = (_fold_constants, _affine, _divmod_const, _minmax_same, _minmax_range,
-              _compare_range, _logic_const, _logic_same, _float_unit)
+# each operator -> its rules, in order
+_RULES_FOR = {op: tuple(r for ops, r in _BIN_RULES if op in ops) for op in BinKind}
 
 
 def _both_index(a: Expr, b: Expr) -> bool:
@@ -356,7 +378,7 @@ class Simplifier(ExprMutator):
     def binop(self, op: BinKind, a: Expr, b: Expr, same: Expr | None = None) -> Expr:
         """``a op b`` of simplified operands, rewritten by the first rule that applies
         (``same``: the unchanged node, returned where none does)."""
-        for rule in _BIN_RULES:
+        for rule in _RULES_FOR[op]:
             r = rule(self, op, a, b)
             if r is not None:
                 return r

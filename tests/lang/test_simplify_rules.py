@@ -16,7 +16,7 @@ i32 = lambda v: Const(v, "int32")  # noqa: E731
 
 
 def test_every_binary_rule_states_its_rewrite():
-    for rule in _BIN_RULES:
+    for _, rule in _BIN_RULES:
         assert rule.__doc__ and ("->" in rule.__doc__), f"{rule.__name__} has no 'a -> b' line"
 
 
