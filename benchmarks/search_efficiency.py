@@ -75,7 +75,7 @@ from looptune.search import (
     log_to_file,
     template,
 )
-from looptune.search.tuners import make_tuner as search_make_tuner
+from looptune.search import make_tuner as search_make_tuner
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import search_efficiency_stats as stats
