@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from ..errors import ScheduleError
 from ..lang.expr import IterVar
 from ..lang.tensor import ComputeOp, PlaceholderOp, Tensor
-from .stage import Stage
+from .stage import Stage, StageState
 from .steps import Step
 
 
@@ -134,6 +134,40 @@ class Schedule:
                     stack.append(self[x].op)
         return False
 
+    def tensor(self, name: str) -> Tensor:
+        """The tensor of stage ``name``, else the input (placeholder) called ``name``."""
+        for st in self.stages:
+            if st.name == name:
+                return st.tensor
+        for st in self.stages:
+            for x in st.op.inputs:
+                if x.name == name:
+                    return x
+        raise ScheduleError(f"s.tensor('{name}'): no stage or input is called '{name}'; "
+                            f"stages are {[st.name for st in self.stages]}")
+
+    # ---- steps -------------------------------------------------------------------------------
+
+    def apply_step(self, step: Step):
+        """Validate ``step`` (its ``ScheduleError`` leaves ``self`` unchanged), apply it and
+        record it in ``self.steps``; returns what the primitive returns."""
+        step.validate(self)
+        out = step.apply(self)
+        self.steps.append(step)
+        return out
+
+    @property
+    def state(self) -> tuple[StageState, ...]:
+        """Every stage's loop nest by names (equal for equal folds of the steps)."""
+        return tuple(st.state for st in self.stages)
+
+    def replayed(self) -> Schedule:
+        """A fresh schedule of the same outputs with ``self.steps`` folded onto it: what the
+        steps alone say this schedule is (``s.replayed().state == s.state``)."""
+        return replay(Schedule(self.outputs), self.steps)
+
+    # ---- memory primitives (memory.py) --------------------------------------------------------
+
     def cache_write(self, t: Tensor, scope: str) -> Tensor:
         """See :func:`looptune.schedule.memory.cache_write`."""
         from .memory import cache_write
@@ -166,33 +200,8 @@ def create_schedule(outputs) -> Schedule:
 
 
 def replay(s: Schedule, steps: Sequence[Step]) -> Schedule:
-    """Apply recorded ``steps`` to a fresh schedule ``s`` (of the same computation)."""
+    """Apply recorded ``steps`` (``s.steps`` of a schedule of the same computation, or
+    ``steps.loads`` of a tuning log) to ``s``, a fresh schedule: the identical loop nest."""
     for step in steps:
-        _apply(s, step)
+        s.apply_step(step)
     return s
-
-
-def _apply(s: Schedule, step: Step) -> None:
-    from . import memory
-    p, a = step.primitive, step.args
-    if p in memory.SCHEDULE_PRIMITIVES:
-        memory.replay_step(s, step)
-        return
-    st = s.stage(step.stage)
-    if p == "split":
-        st.split(st.loop(a[0]), factor=a[1], nparts=a[2])
-    elif p == "fuse":
-        st.fuse(*(st.loop(n) for n in a))
-    elif p == "reorder":
-        st.reorder(*(st.loop(n) for n in a))
-    elif p in ("unroll", "vectorize", "parallel"):
-        getattr(st, p)(st.loop(a[0]))
-    elif p == "bind":
-        st.bind(st.loop(a[0]), a[1])
-    elif p == "compute_at":
-        parent = s.stage(a[0])
-        st.compute_at(parent, parent.loop(a[1]))
-    elif p in ("compute_inline", "compute_root"):
-        getattr(st, p)()
-    else:
-        raise ScheduleError(f"replay: unknown primitive '{p}' in step {step}")

@@ -1,68 +1,50 @@
 """A Stage: the loop nest of one operation, and the primitives that rewrite it.
 
-Each public primitive is a thin validating method: it checks its arguments, raises a
-``ScheduleError`` naming the stage, primitive and loop when something is wrong, records a
-:class:`Step`, and updates the leaf loops / relations that lowering interprets.
+Each public primitive is a thin method: it checks the objects it is given (loops of this
+stage, a stage of this schedule), builds the primitive's step value (``loop_steps.py``) naming
+them, and runs it with :meth:`Schedule.apply_step`, which validates it (a ``ScheduleError``
+naming the stage, primitive and loop; nothing changed), applies it and records it. The leaf
+loops, relations, annotations and attach point below are what the recorded steps built: a
+cache of folding ``s.steps``, never changed any other way.
 """
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import ScheduleError
-from ..lang.dtype import MAX_EXTENT, as_size
-from ..lang.expr import Const, Expr, IterKind, IterVar, Var
-from ..lang.simplify import simplify
+from ..lang.expr import IterVar
+from . import loop_steps as ls
 from .attach import Attach, AttachAt, AttachPoint
+from .relations import THREAD_TAGS, Annot, Fuse, Split
 from .steps import Step
 
 if TYPE_CHECKING:
     from .schedule import Schedule
 
-
-class Annot(enum.Enum):
-    UNROLL = "unroll"
-    VECTORIZE = "vectorize"
-    PARALLEL = "parallel"
-    BIND = "bind"
-
-
-THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y",
-               "threadIdx.z")
+# the relations, annotation kinds and attach points, which bound.py and lower.py read, too
+__all__ = ["THREAD_TAGS", "Annot", "Attach", "AttachAt", "Fuse", "Split", "Stage", "StageState"]
 
 
 @dataclass(frozen=True, slots=True)
-class Split:
-    parent: IterVar
-    outer: IterVar
-    inner: IterVar
-    factor: int | None
-    nparts: int | None
+class StageState:
+    """What a stage's steps built, by names: equal for two schedules exactly when folding
+    their steps gave the same loop nest."""
+
+    name: str
+    op: str                                        # the operation (memory steps rewrite it)
+    leaves: tuple[tuple[str, str, str], ...]       # (name, extent, kind) in loop order
+    relations: tuple[str, ...]
+    annotations: tuple[tuple[str, str, str | None], ...]
+    attach: str
+    scope: str | None
 
 
-@dataclass(frozen=True, slots=True)
-class Fuse:
-    outer: IterVar
-    inner: IterVar
-    fused: IterVar
-
-
-def _split_extents(extent: Expr, factor: int | None, nparts: int | None) -> tuple[Expr, Expr]:
-    """(outer, inner) extents of a split; constant extents are computed in Python ints (no
-    32-bit overflow on the way: ``N + factor - 1`` may exceed 2**31 - 1 when N does not)."""
-    if isinstance(extent, Const):
-        n = int(extent.value)
-        if factor is not None:
-            return Const(-(-n // factor), "int32"), Const(factor, "int32")
-        return Const(nparts, "int32"), Const(-(-n // nparts), "int32")
-    if factor is not None:
-        return (extent + (factor - 1)) // factor, Const(factor, "int32")
-    return Const(nparts, "int32"), (extent + (nparts - 1)) // nparts
-
-
-def _new_loop(name: str, extent: Expr, kind: IterKind) -> IterVar:
-    return IterVar(Var(name), Const(0, "int32"), simplify(extent), kind)
+def _relation_str(r) -> str:
+    if isinstance(r, Split):
+        return f"split {r.parent.name} -> {r.outer.name}, {r.inner.name} " \
+               f"({r.factor}, {r.nparts})"
+    return f"fuse {r.outer.name}, {r.inner.name} -> {r.fused.name}"
 
 
 class Stage:
@@ -92,6 +74,22 @@ class Stage:
         return bool(self.relations or self.annotations) or self.leaf_iter_vars != (
             list(self.op.axis) + list(self.op.reduce_axis))
 
+    @property
+    def steps(self) -> list[Step]:
+        """The recorded steps acting on this stage, in order."""
+        return [x for x in self.schedule.steps if x.stage == self.name]
+
+    @property
+    def state(self) -> StageState:
+        """This stage's loop nest by names (see :meth:`Schedule.replayed`)."""
+        return StageState(
+            self.name, str(self.op.body),
+            tuple((v.name, str(v.extent), v.kind.value) for v in self.leaf_iter_vars),
+            tuple(_relation_str(r) for r in self.relations),
+            tuple(sorted((v.name, k.value, None if a is None else str(a))
+                         for v, (k, a) in self.annotations.items())),
+            str(self.attach), self.scope)
+
     def __repr__(self):
         return f"Stage({self.name})"
 
@@ -116,15 +114,16 @@ class Stage:
         raise self._err(prim, f"loop '{loop.name}' is {where}, not of stage '{self.name}'; "
                         f"its loops are {self._order_str()}")
 
-    def _record(self, prim: str, *args) -> None:
-        self.schedule.steps.append(Step(prim, self.name, tuple(args)))
-
     def loop(self, name: str) -> IterVar:
         """The current leaf loop called ``name`` (as printed by lower/steps)."""
-        for v in self.leaf_iter_vars:
-            if v.name == name:
-                return v
-        raise self._err("loop", f"no loop named '{name}'; loops are {self._order_str()}")
+        found = [v for v in self.leaf_iter_vars if v.name == name]
+        if len(found) > 1:
+            raise self._err("loop", f"{len(found)} loops are called '{name}' "
+                            f"{self._order_str()}; steps name loops, so give the compute's "
+                            "axes distinct names (e.g. reduce_axis(..., name='k'))")
+        if not found:
+            raise self._err("loop", f"no loop named '{name}'; loops are {self._order_str()}")
+        return found[0]
 
     def _unique(self, name: str) -> str:
         names = {v.name for v in self.all_iter_vars}
@@ -132,6 +131,11 @@ class Stage:
         while out in names:
             out, n = f"{name}{n}", n + 1
         return out
+
+    @staticmethod
+    def _name(v, show=str) -> str:
+        """A loop's (or a stage's) name in a message; what was given when it has none."""
+        return getattr(v, "name", None) or show(v)
 
     # ---- loop structure --------------------------------------------------------------------
 
@@ -142,185 +146,97 @@ class Stage:
         ``for i in 0..N: body(i)`` -> ``for io in 0..ceil(N/f): for ii in 0..f:
         if io*f + ii < N: body(io*f + ii)``
         """
-        prim = f"split({getattr(parent, 'name', parent)})"
-        p = self._leaf(prim, parent)
-        if (factor is None) == (nparts is None):
-            raise self._err(prim, "give exactly one of factor= or nparts=")
-        what = "factor" if factor is not None else "nparts"
-        raw = factor if factor is not None else nparts
-        val = as_size(raw)
-        if val is None or val < 1:
-            raise self._err(prim, f"{what} must be a positive int; got {raw!r}")
-        if val > MAX_EXTENT:
-            raise self._err(prim, f"{what} {val} does not fit a 32-bit loop extent (at most "
-                            f"2**31 - 1 = {MAX_EXTENT}); use a smaller {what}")
-        if p in self.annotations:
-            raise self._err(prim, f"loop '{p.name}' is already annotated "
-                            f"{self.annotations[p][0].value}; split before annotating")
-        factor, nparts = (val, None) if factor is not None else (None, val)
-        oext, iext = _split_extents(p.extent, factor, nparts)
-        outer = _new_loop(self._unique(p.name + ".outer"), oext, p.kind)
-        self.all_iter_vars.append(outer)
-        inner = _new_loop(self._unique(p.name + ".inner"), iext, p.kind)
-        self.all_iter_vars.append(inner)
-        self.relations.append(Split(p, outer, inner, factor, nparts))
-        k = self.leaf_iter_vars.index(p)
-        self.leaf_iter_vars[k:k + 1] = [outer, inner]
-        self._record("split", p.name, factor, nparts)
-        return outer, inner
+        p = self._leaf(f"split({self._name(parent)})", parent)
+        return self.schedule.apply_step(ls.Split(self.name, p.name, factor, nparts))
 
     def tile(self, x: IterVar, y: IterVar, x_factor: int, y_factor: int):
-        """Split ``x`` and ``y`` and order them ``xo, yo, xi, yi``; returns those four."""
-        prim = f"tile({getattr(x, 'name', x)}, {getattr(y, 'name', y)})"
+        """Split ``x`` and ``y`` and order them ``xo, yo, xi, yi``; returns those four.
+
+        ``for x: for y`` -> ``for xo: for yo: for xi in 0..x_factor: for yi in 0..y_factor``
+        """
+        prim = f"tile({self._name(x)}, {self._name(y)})"
         if x is y:
             raise self._err(prim, f"both loops are '{x.name}'; tile two different loops")
-        saved = (list(self.leaf_iter_vars), list(self.all_iter_vars), list(self.relations),
-                 dict(self.annotations), len(self.schedule.steps))
-        try:  # all or nothing: a refused tile leaves the stage as it was
-            xo, xi = self.split(x, factor=x_factor)
-            yo, yi = self.split(y, factor=y_factor)
-            self.reorder(xo, yo, xi, yi)
-        except ScheduleError:
-            self.leaf_iter_vars, self.all_iter_vars, self.relations, self.annotations = saved[:4]
-            del self.schedule.steps[saved[4]:]
-            raise
+        sx = ls.Split(self.name, self._leaf(f"split({self._name(x)})", x).name, x_factor)
+        sy = ls.Split(self.name, self._leaf(f"split({self._name(y)})", y).name, y_factor)
+        sx.validate(self.schedule)   # all or nothing: both splits are checked before either
+        sy.validate(self.schedule)   # applies (splitting x leaves y's split valid)
+        xo, xi = self.schedule.apply_step(sx)
+        yo, yi = self.schedule.apply_step(sy)
+        self.reorder(xo, yo, xi, yi)
         return xo, yo, xi, yi
 
     def fuse(self, *loops: IterVar) -> IterVar:
         """Fuse adjacent loops (outer first) into one:
         ``for i in 0..N: for j in 0..M`` -> ``for f in 0..N*M: i = f // M; j = f % M``."""
-        names = ", ".join(getattr(v, "name", repr(v)) for v in loops)
-        prim = f"fuse({names})"
+        prim = f"fuse({', '.join(self._name(v, repr) for v in loops)})"
         if len(loops) < 2:
             if len(loops) == 1:
                 return self._leaf(prim, loops[0])
             raise self._err(prim, "give at least one loop")
         vs = [self._leaf(prim, v) for v in loops]
-        pos = [self.leaf_iter_vars.index(v) for v in vs]
-        if any(b != a + 1 for a, b in zip(pos, pos[1:])):
-            raise self._err(prim, f"loops are not adjacent in the current order "
-                            f"{self._order_str()}; reorder them next to each other first "
-                            "(outer first)")
-        if len({v.kind for v in vs}) > 1:
-            raise self._err(prim, "cannot fuse a reduction loop with a spatial loop")
-        for v in vs:
-            if v in self.annotations:
-                raise self._err(prim, f"loop '{v.name}' is already annotated "
-                                f"{self.annotations[v][0].value}; fuse before annotating")
-        total = 1
-        for v in vs:
-            total = total * v.extent.value if isinstance(v.extent, Const) and \
-                total is not None else None
-        if total is not None and total > MAX_EXTENT:
-            raise self._err(prim, f"the fused loop would run {total} iterations, more than a "
-                            f"32-bit loop variable counts (2**31 - 1 = {MAX_EXTENT}); fuse "
-                            "fewer loops, or split them first and fuse the parts")
-        fused = vs[0]
-        for v in vs[1:]:
-            f = _new_loop(self._unique(f"{fused.name}.{v.name}.fused"), fused.extent * v.extent,
-                          v.kind)
-            self.all_iter_vars.append(f)
-            self.relations.append(Fuse(fused, v, f))
-            k = self.leaf_iter_vars.index(fused)
-            self.leaf_iter_vars[k:k + 2] = [f]
-            fused = f
-        self._record("fuse", *(v.name for v in vs))
-        return fused
+        return self.schedule.apply_step(ls.Fuse(self.name, tuple(v.name for v in vs)))
 
     def reorder(self, *loops: IterVar) -> None:
         """Put the given loops in this order, in the positions they occupy now:
         ``[i, j, k]`` and ``reorder(k, i)`` -> ``[k, j, i]``."""
-        prim = f"reorder({', '.join(getattr(v, 'name', repr(v)) for v in loops)})"
+        prim = f"reorder({', '.join(self._name(v, repr) for v in loops)})"
         vs = [self._leaf(prim, v) for v in loops]
-        if len(set(vs)) != len(vs):
-            dup = next(v for v in vs if vs.count(v) > 1)
-            raise self._err(prim, f"loop '{dup.name}' is given more than once")
-        pos = sorted(self.leaf_iter_vars.index(v) for v in vs)
-        for p, v in zip(pos, vs):
-            self.leaf_iter_vars[p] = v
-        self._record("reorder", *(v.name for v in vs))
+        self.schedule.apply_step(ls.Reorder(self.name, tuple(v.name for v in vs)))
 
     # ---- annotations -------------------------------------------------------------------
 
-    def _annotate(self, prim: str, loop, kind: Annot, arg=None) -> None:
-        v = self._leaf(f"{prim}({getattr(loop, 'name', loop)})", loop)
-        where = f"{prim}({v.name})"
-        old = self.annotations.get(v)
-        if old is not None and old != (kind, arg):
-            raise self._err(where, f"loop '{v.name}' is already marked {old[0].value}"
-                            f"{'' if old[1] is None else ' ' + str(old[1])}; a loop takes one "
-                            "of unroll/vectorize/parallel/bind — split it to use two")
-        if kind in (Annot.PARALLEL, Annot.VECTORIZE) and v.kind is IterKind.REDUCE:
-            raise self._err(where, f"loop '{v.name}' carries the reduction of "
-                            f"'{self.name}' (iterations update the same element); use "
-                            f"s.rfactor({self.name}, {v.name}) to make it a spatial axis of a "
-                            "new stage, then " + prim + " that")
-        self.annotations[v] = (kind, arg)
-        self._record(prim, v.name, *(() if arg is None else (arg,)))
+    def _annotate(self, kind: Annot, loop) -> None:
+        v = self._leaf(f"{kind.value}({self._name(loop)})", loop)
+        self.schedule.apply_step(ls.Annotate(self.name, v.name, kind))
 
     def unroll(self, loop: IterVar) -> None:
         """Unroll ``loop``: its body is repeated once per iteration (constant extents)."""
-        self._annotate("unroll", loop, Annot.UNROLL)
+        self._annotate(Annot.UNROLL, loop)
 
     def vectorize(self, loop: IterVar) -> None:
         """Run ``loop``'s iterations in SIMD lanes (``#pragma omp simd`` in C)."""
-        self._annotate("vectorize", loop, Annot.VECTORIZE)
+        self._annotate(Annot.VECTORIZE, loop)
 
     def parallel(self, loop: IterVar) -> None:
         """Run ``loop``'s iterations on several threads (OpenMP in C)."""
-        self._annotate("parallel", loop, Annot.PARALLEL)
+        self._annotate(Annot.PARALLEL, loop)
 
     def bind(self, loop: IterVar, tag: str) -> None:
         """Bind ``loop`` to a GPU index: ``blockIdx.x|y|z`` or ``threadIdx.x|y|z``."""
-        if tag not in THREAD_TAGS:
-            raise self._err(f"bind({getattr(loop, 'name', loop)})",
-                            f"unknown thread tag {tag!r}; use one of {', '.join(THREAD_TAGS)}")
-        if getattr(loop, "kind", None) is IterKind.REDUCE:
-            who = "threads" if tag.startswith("threadIdx") else "work-groups"
-            raise self._err(f"bind({loop.name})", f"a reduction loop cannot be bound to {who} "
-                            f"({who} would update one element); rfactor it first")
-        for other, (kind, arg) in self.annotations.items():
-            if kind is Annot.BIND and arg == tag and other is not loop:
-                raise self._err(f"bind({getattr(loop, 'name', loop)})",
-                                f"loop '{other.name}' is already bound to {tag}; a tag indexes "
-                                "one loop of a stage: bind this one to another dimension or "
-                                "fuse the two loops first")
-        self._annotate("bind", loop, Annot.BIND, tag)
+        prim = f"bind({self._name(loop)})"
+        if tag not in THREAD_TAGS:   # before the loop: the tag is the likelier typo
+            raise self._err(prim, f"unknown thread tag {tag!r}; use one of "
+                            f"{', '.join(THREAD_TAGS)}")
+        v = self._leaf(prim, loop)
+        self.schedule.apply_step(ls.Bind(self.name, v.name, tag))
 
     # ---- where the stage is computed -------------------------------------------------------
 
     def compute_at(self, parent: Stage, loop: IterVar) -> None:
         """Compute this stage inside ``parent``'s ``loop``: just the region one iteration of
-        ``loop`` reads, into a buffer allocated there (bound inference sizes it)."""
-        prim = f"compute_at({getattr(parent, 'name', parent)}, {getattr(loop, 'name', loop)})"
+        ``loop`` reads, into a buffer allocated there (bound inference sizes it).
+
+        ``for i: P[i] = f(i)`` + ``for y: for x: C[y, x] = P[y] + P[y + 1]`` with
+        ``compute_at(s[C], y)`` -> ``for y: (for i in y..y+1: P[i - y] = f(i)); for x: ...``
+        """
+        prim = f"compute_at({self._name(parent)}, {self._name(loop)})"
         if not isinstance(parent, Stage):
             raise self._err(prim, f"the first argument must be a stage s[T]; got {parent!r}")
-        self._check_not_output(prim)
-        if parent is self:
-            raise self._err(prim, "a stage cannot be computed at one of its own loops")
+        if parent.schedule is not self.schedule:
+            raise self._err(prim, f"stage '{parent.name}' belongs to another schedule; use "
+                            f"s[{parent.name}] of this one")
         v = parent._leaf(prim, loop)
-        if not self.schedule._reads_transitively(parent, self):
-            raise self._err(prim, f"stage '{parent.name}' does not read '{self.name}' (not even "
-                            "through inlined stages); compute_at a consumer of it")
-        self.attach = AttachAt(parent, v)
-        self._record("compute_at", parent.name, v.name)
+        self.schedule.apply_step(ls.ComputeAt(self.name, parent.name, v.name))
 
     def compute_inline(self) -> None:
-        """Substitute this stage's body into its consumers; it gets no loops or buffer."""
-        prim = "compute_inline()"
-        self._check_not_output(prim)
-        if self.op.is_reduction:
-            raise self._err(prim, "a reduction cannot be inlined (its consumers would redo the "
-                            "whole reduction per element); compute_at it instead")
-        self.attach = Attach.INLINE
-        self._record("compute_inline")
+        """Substitute this stage's body into its consumers; it gets no loops or buffer.
+
+        ``P[i] = f(i)``; ``C[i] = P[i] * 2`` -> ``C[i] = f(i) * 2``
+        """
+        self.schedule.apply_step(ls.ComputeInline(self.name))
 
     def compute_root(self) -> None:
         """Compute the whole tensor before its consumers (the default)."""
-        self.attach = Attach.ROOT
-        self._record("compute_root")
+        self.schedule.apply_step(ls.ComputeRoot(self.name))
 
-    def _check_not_output(self, prim: str) -> None:
-        if self.is_output:
-            raise self._err(prim, f"'{self.name}' is an output of the schedule; outputs are "
-                            "computed at root")

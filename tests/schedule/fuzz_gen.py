@@ -11,7 +11,8 @@ and the generator goes on with the next step on the unchanged schedule; any othe
 a looptune bug and ends the case. If ``lower`` refuses the finished schedule (a
 ``ScheduleError`` there: e.g. a stage attached to a loop that was split afterwards), the whole
 case counts as refused and is not built. Every case that lowers is also checked to replay:
-its steps, through JSON, on a fresh schedule give the identical loop nest.
+its steps, through JSON and as their printed Python (``str(step)`` run with ``exec``), on a
+fresh schedule give the same stages (``s.state``) and the identical loop nest.
 
 ``python tests/schedule/fuzz_gen.py SEED [SEED...]`` prints a case (steps, loop nest) and
 builds and runs it, which is the quickest way to look at a failing seed.
@@ -311,11 +312,8 @@ MEMORY_PRIMITIVES = {"cache_write": (1.0, _cache_write), "cache_read": (1.0, _ca
 # ---- running the steps ---------------------------------------------------------------------
 
 def _snapshot(s) -> tuple:
-    """What a refused primitive must leave unchanged."""
-    return (len(s.steps), tuple(
-        (st.name, tuple(v.name for v in st.leaf_iter_vars), str(st.attach),
-         tuple(sorted((v.name, a[0].value) for v, a in st.annotations.items())))
-        for st in s.stages))
+    """What a refused primitive must leave unchanged: the steps and every stage's state."""
+    return len(s.steps), s.state
 
 
 class _Runner:
@@ -404,14 +402,33 @@ def replay_case(op_name: str, params: dict, steps_json: str):
     return op, lt.replay(op.schedule(), steps_mod.loads(steps_json))
 
 
+def exec_case(op_name: str, params: dict, steps_text: str):
+    """A fresh operator and its schedule with the printed steps (``str(step)`` lines) run as
+    Python."""
+    op = make_op(op_name, params)
+    s = op.schedule()
+    exec(steps_text, steps_mod.namespace(s))  # noqa: S102 - the printed steps are the input
+    return op, s
+
+
 def _check_replay(case: Case) -> None:
-    try:
-        op, s = replay_case(case.op_name, case.params, case.steps_json)
-        again = str(lt.lower(s, op.args))
-    except Exception:  # noqa: BLE001 - any other exception is the finding
-        raise Bug(f"replaying the recorded steps failed:\n{traceback.format_exc()}") from None
-    if again != case.lowered:
-        raise Bug(f"replaying the recorded steps gives a different loop nest:\n{again}")
+    """The steps are the schedule: folded onto a fresh schedule through JSON, and run as their
+    printed Python, they give the same stages and the same loop nest."""
+    text = "\n".join(case.steps)
+    rebuilds = {
+        "replaying the recorded steps": lambda: replay_case(case.op_name, case.params,
+                                                            case.steps_json),
+        "running the printed steps": lambda: exec_case(case.op_name, case.params, text)}
+    for how, rebuild in rebuilds.items():
+        try:
+            op, s = rebuild()
+            again = str(lt.lower(s, op.args))
+        except Exception:  # noqa: BLE001 - any other exception is the finding
+            raise Bug(f"{how} failed:\n{traceback.format_exc()}") from None
+        if again != case.lowered:
+            raise Bug(f"{how} gives a different loop nest:\n{again}")
+        if s.state != case.s.state or s.steps != case.s.steps:
+            raise Bug(f"{how} gives different stages:\n{s.state}\n{case.s.state}")
 
 
 def build_and_run(op: FuzzOp, s, target: str, data_seed: int, guard: bool = True) -> str | None:

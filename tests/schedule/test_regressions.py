@@ -54,7 +54,7 @@ def test_refused_tile_leaves_the_stage_unchanged():
     with pytest.raises(lt.ScheduleError, match="already annotated vectorize"):
         s[T].tile(i, j, 4, 5)
     assert [v.name for v in s[T].leaf_iter_vars] == ["i", "j"]
-    assert [str(x) for x in s.steps] == ["s[T].vectorize('j')"]
+    assert [str(x) for x in s.steps] == ["s[T].vectorize(s[T].loop('j'))"]
 
 
 def test_python_bool_condition_is_refused():

@@ -1,0 +1,385 @@
+"""The steps of one stage's loop nest: split, fuse, reorder, unroll/vectorize/parallel, bind,
+and where the stage is computed (compute_at, compute_inline, compute_root).
+
+Each is a frozen value naming its stage and loops; ``validate`` raises the primitive's
+``ScheduleError`` (worded ``stage 'C': split(i): ...``) and changes nothing, ``apply`` rewrites
+the stage's leaf loops, relations, annotations or attach point. The public methods of
+:class:`~looptune.schedule.stage.Stage` document each primitive.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import TYPE_CHECKING
+
+from ..lang.dtype import MAX_EXTENT, as_size
+from ..lang.expr import Const, IterKind, IterVar
+from . import relations as rel
+from .attach import Attach, AttachAt
+from .relations import THREAD_TAGS, Annot
+from .steps import Step, loop_ref, stage_ref, unpack
+
+if TYPE_CHECKING:
+    from .schedule import Schedule
+    from .stage import Stage
+
+
+def _loops(stage: str, loops) -> str:
+    return ", ".join(loop_ref(stage, n) for n in loops)
+
+
+def _size(v):
+    """A valid size as a Python int (``np.int64(8)`` -> 8); anything else as given, for
+    ``validate`` to refuse by its repr."""
+    n = as_size(v)
+    return n if n is not None and n >= 1 else v
+
+
+@dataclass(frozen=True, slots=True)
+class Split(Step):
+    """``s[C].split(loop, factor=f)`` (or ``nparts=n``)."""
+
+    loop: str
+    factor: int | None = None
+    nparts: int | None = None
+
+    PRIMITIVES = ("split",)
+
+    def __post_init__(self):
+        object.__setattr__(self, "factor", None if self.factor is None else _size(self.factor))
+        object.__setattr__(self, "nparts", None if self.nparts is None else _size(self.nparts))
+
+    @property
+    def args(self) -> tuple:
+        return (self.loop, self.factor, self.nparts)
+
+    @classmethod
+    def from_args(cls, primitive, stage, args):
+        return cls(stage, *unpack(primitive, stage, args, 3))
+
+    def validate(self, s: Schedule) -> None:
+        st = s.stage(self.stage)
+        p = st.loop(self.loop)
+        prim = f"split({self.loop})"
+        if (self.factor is None) == (self.nparts is None):
+            raise st._err(prim, "give exactly one of factor= or nparts=")
+        what = "factor" if self.factor is not None else "nparts"
+        raw = self.factor if self.factor is not None else self.nparts
+        val = as_size(raw)
+        if val is None or val < 1:
+            raise st._err(prim, f"{what} must be a positive int; got {raw!r}")
+        if val > MAX_EXTENT:
+            raise st._err(prim, f"{what} {val} does not fit a 32-bit loop extent (at most "
+                          f"2**31 - 1 = {MAX_EXTENT}); use a smaller {what}")
+        if p in st.annotations:
+            raise st._err(prim, f"loop '{p.name}' is already annotated "
+                          f"{st.annotations[p][0].value}; split before annotating")
+
+    def apply(self, s: Schedule) -> tuple[IterVar, IterVar]:
+        st = s.stage(self.stage)
+        p = st.loop(self.loop)
+        oext, iext = rel.split_extents(p.extent, self.factor, self.nparts)
+        outer = rel.new_loop(st._unique(p.name + ".outer"), oext, p.kind)
+        st.all_iter_vars.append(outer)
+        inner = rel.new_loop(st._unique(p.name + ".inner"), iext, p.kind)
+        st.all_iter_vars.append(inner)
+        st.relations.append(rel.Split(p, outer, inner, self.factor, self.nparts))
+        k = st.leaf_iter_vars.index(p)
+        st.leaf_iter_vars[k:k + 1] = [outer, inner]
+        return outer, inner
+
+    def __str__(self) -> str:
+        how = [f"factor={self.factor!r}"] if self.factor is not None else []
+        how += [f"nparts={self.nparts!r}"] if self.nparts is not None or not how else []
+        return f"{stage_ref(self.stage)}.split({loop_ref(self.stage, self.loop)}, " \
+               f"{', '.join(how)})"
+
+
+@dataclass(frozen=True, slots=True)
+class Fuse(Step):
+    """``s[C].fuse(i, j, ...)``: adjacent loops, outer first (two or more)."""
+
+    loops: tuple[str, ...]
+
+    PRIMITIVES = ("fuse",)
+
+    @property
+    def args(self) -> tuple:
+        return self.loops
+
+    @classmethod
+    def from_args(cls, primitive, stage, args):
+        return cls(stage, tuple(args))
+
+    def validate(self, s: Schedule) -> None:
+        st = s.stage(self.stage)
+        prim = f"fuse({', '.join(self.loops)})"
+        if len(self.loops) < 2:
+            raise st._err(prim, "a fuse step takes two or more loops")
+        vs = [st.loop(n) for n in self.loops]
+        pos = [st.leaf_iter_vars.index(v) for v in vs]
+        if any(b != a + 1 for a, b in pairwise(pos)):
+            raise st._err(prim, f"loops are not adjacent in the current order "
+                          f"{st._order_str()}; reorder them next to each other first "
+                          "(outer first)")
+        if len({v.kind for v in vs}) > 1:
+            raise st._err(prim, "cannot fuse a reduction loop with a spatial loop")
+        for v in vs:
+            if v in st.annotations:
+                raise st._err(prim, f"loop '{v.name}' is already annotated "
+                              f"{st.annotations[v][0].value}; fuse before annotating")
+        total = 1
+        for v in vs:
+            total = total * v.extent.value if isinstance(v.extent, Const) and \
+                total is not None else None
+        if total is not None and total > MAX_EXTENT:
+            raise st._err(prim, f"the fused loop would run {total} iterations, more than a "
+                          f"32-bit loop variable counts (2**31 - 1 = {MAX_EXTENT}); fuse "
+                          "fewer loops, or split them first and fuse the parts")
+
+    def apply(self, s: Schedule) -> IterVar:
+        st = s.stage(self.stage)
+        vs = [st.loop(n) for n in self.loops]
+        fused = vs[0]
+        for v in vs[1:]:
+            f = rel.new_loop(st._unique(f"{fused.name}.{v.name}.fused"),
+                             fused.extent * v.extent, v.kind)
+            st.all_iter_vars.append(f)
+            st.relations.append(rel.Fuse(fused, v, f))
+            k = st.leaf_iter_vars.index(fused)
+            st.leaf_iter_vars[k:k + 2] = [f]
+            fused = f
+        return fused
+
+    def __str__(self) -> str:
+        return f"{stage_ref(self.stage)}.fuse({_loops(self.stage, self.loops)})"
+
+
+@dataclass(frozen=True, slots=True)
+class Reorder(Step):
+    """``s[C].reorder(k, i)``: these loops, in this order, in the places they hold now."""
+
+    loops: tuple[str, ...]
+
+    PRIMITIVES = ("reorder",)
+
+    @property
+    def args(self) -> tuple:
+        return self.loops
+
+    @classmethod
+    def from_args(cls, primitive, stage, args):
+        return cls(stage, tuple(args))
+
+    def validate(self, s: Schedule) -> None:
+        st = s.stage(self.stage)
+        vs = [st.loop(n) for n in self.loops]
+        if len(set(vs)) != len(vs):
+            dup = next(v for v in vs if vs.count(v) > 1)
+            raise st._err(f"reorder({', '.join(self.loops)})",
+                          f"loop '{dup.name}' is given more than once")
+
+    def apply(self, s: Schedule) -> None:
+        st = s.stage(self.stage)
+        vs = [st.loop(n) for n in self.loops]
+        pos = sorted(st.leaf_iter_vars.index(v) for v in vs)
+        for p, v in zip(pos, vs):
+            st.leaf_iter_vars[p] = v
+
+    def __str__(self) -> str:
+        return f"{stage_ref(self.stage)}.reorder({_loops(self.stage, self.loops)})"
+
+
+def _check_annotation(st: Stage, prim: str, v: IterVar, kind: Annot, arg=None) -> None:
+    """A loop takes one annotation; parallel and vectorize need a spatial loop."""
+    where = f"{prim}({v.name})"
+    old = st.annotations.get(v)
+    if old is not None and old != (kind, arg):
+        raise st._err(where, f"loop '{v.name}' is already marked {old[0].value}"
+                      f"{'' if old[1] is None else ' ' + str(old[1])}; a loop takes one "
+                      "of unroll/vectorize/parallel/bind — split it to use two")
+    if kind in (Annot.PARALLEL, Annot.VECTORIZE) and v.kind is IterKind.REDUCE:
+        raise st._err(where, f"loop '{v.name}' carries the reduction of "
+                      f"'{st.name}' (iterations update the same element); use "
+                      f"s.rfactor({st.name}, {v.name}) to make it a spatial axis of a "
+                      "new stage, then " + prim + " that")
+
+
+@dataclass(frozen=True, slots=True)
+class Annotate(Step):
+    """``s[C].unroll(loop)``, ``s[C].vectorize(loop)`` or ``s[C].parallel(loop)``."""
+
+    loop: str
+    kind: Annot
+
+    PRIMITIVES = ("unroll", "vectorize", "parallel")
+
+    def __post_init__(self):
+        assert self.kind.value in self.PRIMITIVES, f"Annotate takes no {self.kind}: use Bind"
+
+    @property
+    def primitive(self) -> str:
+        return self.kind.value
+
+    @property
+    def args(self) -> tuple:
+        return (self.loop,)
+
+    @classmethod
+    def from_args(cls, primitive, stage, args):
+        (loop,) = unpack(primitive, stage, args, 1)
+        return cls(stage, loop, Annot(primitive))
+
+    def validate(self, s: Schedule) -> None:
+        st = s.stage(self.stage)
+        _check_annotation(st, self.primitive, st.loop(self.loop), self.kind)
+
+    def apply(self, s: Schedule) -> None:
+        st = s.stage(self.stage)
+        st.annotations[st.loop(self.loop)] = (self.kind, None)
+
+    def __str__(self) -> str:
+        return f"{stage_ref(self.stage)}.{self.primitive}({loop_ref(self.stage, self.loop)})"
+
+
+@dataclass(frozen=True, slots=True)
+class Bind(Step):
+    """``s[C].bind(loop, 'blockIdx.x')``."""
+
+    loop: str
+    tag: str
+
+    PRIMITIVES = ("bind",)
+
+    @property
+    def args(self) -> tuple:
+        return (self.loop, self.tag)
+
+    @classmethod
+    def from_args(cls, primitive, stage, args):
+        return cls(stage, *unpack(primitive, stage, args, 2))
+
+    def validate(self, s: Schedule) -> None:
+        st = s.stage(self.stage)
+        prim = f"bind({self.loop})"
+        if self.tag not in THREAD_TAGS:
+            raise st._err(prim, f"unknown thread tag {self.tag!r}; use one of "
+                          f"{', '.join(THREAD_TAGS)}")
+        v = st.loop(self.loop)
+        if v.kind is IterKind.REDUCE:
+            who = "threads" if self.tag.startswith("threadIdx") else "work-groups"
+            raise st._err(prim, f"a reduction loop cannot be bound to {who} ({who} would "
+                          "update one element); rfactor it first")
+        for other, (kind, arg) in st.annotations.items():
+            if kind is Annot.BIND and arg == self.tag and other is not v:
+                raise st._err(prim, f"loop '{other.name}' is already bound to {self.tag}; a "
+                              "tag indexes one loop of a stage: bind this one to another "
+                              "dimension or fuse the two loops first")
+        _check_annotation(st, "bind", v, Annot.BIND, self.tag)
+
+    def apply(self, s: Schedule) -> None:
+        st = s.stage(self.stage)
+        st.annotations[st.loop(self.loop)] = (Annot.BIND, self.tag)
+
+    def __str__(self) -> str:
+        return f"{stage_ref(self.stage)}.bind({loop_ref(self.stage, self.loop)}, {self.tag!r})"
+
+
+# ---- where the stage is computed -----------------------------------------------------------
+
+def _check_not_output(st: Stage, prim: str) -> None:
+    if st.is_output:
+        raise st._err(prim, f"'{st.name}' is an output of the schedule; outputs are computed "
+                      "at root")
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeAt(Step):
+    """``s[P].compute_at(s[C], loop)``: ``parent`` names the stage ``C``, ``loop`` its loop."""
+
+    parent: str
+    loop: str
+
+    PRIMITIVES = ("compute_at",)
+
+    @property
+    def args(self) -> tuple:
+        return (self.parent, self.loop)
+
+    @classmethod
+    def from_args(cls, primitive, stage, args):
+        return cls(stage, *unpack(primitive, stage, args, 2))
+
+    def validate(self, s: Schedule) -> None:
+        st = s.stage(self.stage)
+        prim = f"compute_at({self.parent}, {self.loop})"
+        _check_not_output(st, prim)
+        if self.parent == self.stage:
+            raise st._err(prim, "a stage cannot be computed at one of its own loops")
+        parent = s.stage(self.parent)
+        parent.loop(self.loop)
+        if not s._reads_transitively(parent, st):
+            raise st._err(prim, f"stage '{parent.name}' does not read '{st.name}' (not even "
+                          "through inlined stages); compute_at a consumer of it")
+
+    def apply(self, s: Schedule) -> None:
+        parent = s.stage(self.parent)
+        s.stage(self.stage).attach = AttachAt(parent, parent.loop(self.loop))
+
+    def __str__(self) -> str:
+        return (f"{stage_ref(self.stage)}.compute_at({stage_ref(self.parent)}, "
+                f"{loop_ref(self.parent, self.loop)})")
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeInline(Step):
+    """``s[P].compute_inline()``."""
+
+    PRIMITIVES = ("compute_inline",)
+
+    @property
+    def args(self) -> tuple:
+        return ()
+
+    @classmethod
+    def from_args(cls, primitive, stage, args):
+        unpack(primitive, stage, args, 0)
+        return cls(stage)
+
+    def validate(self, s: Schedule) -> None:
+        st = s.stage(self.stage)
+        _check_not_output(st, "compute_inline()")
+        if st.op.is_reduction:
+            raise st._err("compute_inline()", "a reduction cannot be inlined (its consumers "
+                          "would redo the whole reduction per element); compute_at it instead")
+
+    def apply(self, s: Schedule) -> None:
+        s.stage(self.stage).attach = Attach.INLINE
+
+    def __str__(self) -> str:
+        return f"{stage_ref(self.stage)}.compute_inline()"
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeRoot(Step):
+    """``s[P].compute_root()``."""
+
+    PRIMITIVES = ("compute_root",)
+
+    @property
+    def args(self) -> tuple:
+        return ()
+
+    @classmethod
+    def from_args(cls, primitive, stage, args):
+        unpack(primitive, stage, args, 0)
+        return cls(stage)
+
+    def validate(self, s: Schedule) -> None:
+        s.stage(self.stage)
+
+    def apply(self, s: Schedule) -> None:
+        s.stage(self.stage).attach = Attach.ROOT
+
+    def __str__(self) -> str:
+        return f"{stage_ref(self.stage)}.compute_root()"
