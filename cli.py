@@ -99,8 +99,10 @@ def cmd_show(ns: argparse.Namespace) -> int:
     op = select(load_operators(ns.file), ns.template)
     args = parse_args(ns.args, op)
     s, tensors, how = instantiate(op, args, ns.log, ns.target, ns.any_host)
+    hook = lt.Target.parse(ns.target).region_hook   # the loop nest the target would compile
     if ns.html:
-        return _show_html(ns.html, lt.lower(s, tensors, name=op.c_name, unroll=False),
+        return _show_html(ns.html, lt.lower(s, tensors, name=op.c_name, unroll=False,
+                                            region_hook=hook),
                           f"{op.name}{tuple(args)}: {how}")
     print(f"# {op.name}{tuple(args)}: {how}")
     if ns.steps:
@@ -108,7 +110,7 @@ def cmd_show(ns: argparse.Namespace) -> int:
     elif ns.source:
         print(lt.build(s, tensors, target=ns.target, name=op.c_name).source)
     else:
-        print(lt.lower(s, tensors, name=op.c_name))
+        print(lt.lower(s, tensors, name=op.c_name, region_hook=hook))
     return 0
 
 

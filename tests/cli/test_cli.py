@@ -239,3 +239,62 @@ def test_tune_auto_then_show_and_bench_use_the_auto_log(tmp_path, capsys):
     assert main(["bench", relu, "--args", SMALL, "--log", str(log), "--repeat", "3"]) == 0
     rows = [ln.split() for ln in capsys.readouterr().out.splitlines()[2:4]]
     assert [r[2] for r in rows] == ["hand", "auto"]
+
+
+_SHARED_TILES_OP = '''
+import numpy as np
+import looptune as lt
+
+NAME = "mm_shared"
+DEFAULT_ARGS = (37, 53, 29)
+
+
+def algorithm(N, M, K):
+    A = lt.placeholder((N, K), "float32", name="A")
+    B = lt.placeholder((K, M), "float32", name="B")
+    k = lt.reduce_axis(K, name="k")
+    C = lt.compute((N, M), lambda i, j: lt.sum(A[i, k] * B[k, j], axis=k), name="C")
+    return [A, B, C]
+
+
+def hand_schedule(N, M, K):
+    A, B, C = algorithm(N, M, K)
+    s = lt.create_schedule(C)
+    AS, BS, CL = s.cache_read(A, "shared", [C]), s.cache_read(B, "shared", [C]), \\
+        s.cache_write(C, "local")
+    by, bx, ty, tx = s[C].tile(*s[C].op.axis, 8, 8)
+    for v, tag in ((by, "blockIdx.y"), (bx, "blockIdx.x"), (ty, "threadIdx.y"),
+                   (tx, "threadIdx.x")):
+        s[C].bind(v, tag)
+    s[CL].compute_at(s[C], bx)
+    ci, cj = s[CL].op.axis
+    ko, _ = s[CL].split(s[CL].op.reduce_axis[0], factor=8)
+    s[CL].reorder(ko, ci, cj)
+    s[CL].bind(ci, "threadIdx.y")
+    s[CL].bind(cj, "threadIdx.x")
+    for X in (AS, BS):
+        s[X].compute_at(s[CL], ko)
+        s[X].bind(s[X].op.axis[0], "threadIdx.y")
+        s[X].bind(s[X].op.axis[1], "threadIdx.x")
+    return s, [A, B, C]
+
+
+@lt.template(NAME)
+def template(cfg, N, M, K):
+    return hand_schedule(N, M, K)
+
+
+def reference(a, b):
+    return a @ b
+'''
+
+
+def test_show_prints_the_loop_nest_the_target_compiles(tmp_path, capsys):
+    """`show --target opencl` lowers with the target's region hook, as build does: the
+    work-group region (threads beside the tiles they share) is not split by tail partitioning
+    (without the hook the shared allocations would print twice)."""
+    f = tmp_path / "mm_shared.py"
+    f.write_text(_SHARED_TILES_OP)
+    assert main(["show", str(f), "--target", "opencl"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("allocate A.shared") == 1, out
