@@ -319,3 +319,28 @@ def random_int_expr(rng: np.random.Generator, leaves: list, depth: int = 4):
     if op == "%":
         return a % c
     return getattr(lt, str(op))(a, random_int_expr(rng, leaves, depth - 1))
+
+
+def shared_tiles(w: Workload):
+    """matmul with A and B staged in shared tiles per 8 x 8 work-group (the opencl tests' and the cli's)."""
+    A, B, C = w["A"], w["B"], w["C"]
+    s = w.schedule()
+    AS, BS = s.cache_read(A, "shared", [C]), s.cache_read(B, "shared", [C])
+    CL = s.cache_write(C, "local")
+    i, j = s[C].op.axis
+    by, bx, ty, tx = s[C].tile(i, j, 8, 8)
+    for v, tag in ((by, "blockIdx.y"), (bx, "blockIdx.x"), (ty, "threadIdx.y"),
+                   (tx, "threadIdx.x")):
+        s[C].bind(v, tag)
+    s[CL].compute_at(s[C], bx)
+    ci, cj = s[CL].op.axis
+    ko, _ = s[CL].split(s[CL].op.reduce_axis[0], factor=8)
+    s[CL].reorder(ko, ci, cj)
+    s[CL].bind(ci, "threadIdx.y")
+    s[CL].bind(cj, "threadIdx.x")
+    for X in (AS, BS):
+        s[X].compute_at(s[CL], ko)
+        a0, a1 = s[X].op.axis
+        s[X].bind(a0, "threadIdx.y")
+        s[X].bind(a1, "threadIdx.x")
+    return s

@@ -15,31 +15,6 @@ from looptune.schedule.stmt import (Allocate, Buffer, For, ForKind, IfThenElse, 
                                     seq)
 
 
-def _shared_tiles(w: util.Workload):
-    """matmul with A and B staged in shared tiles per 8 x 8 work-group (test_opencl's)."""
-    A, B, C = w["A"], w["B"], w["C"]
-    s = w.schedule()
-    AS, BS = s.cache_read(A, "shared", [C]), s.cache_read(B, "shared", [C])
-    CL = s.cache_write(C, "local")
-    i, j = s[C].op.axis
-    by, bx, ty, tx = s[C].tile(i, j, 8, 8)
-    for v, tag in ((by, "blockIdx.y"), (bx, "blockIdx.x"), (ty, "threadIdx.y"),
-                   (tx, "threadIdx.x")):
-        s[C].bind(v, tag)
-    s[CL].compute_at(s[C], bx)
-    ci, cj = s[CL].op.axis
-    ko, _ = s[CL].split(s[CL].op.reduce_axis[0], factor=8)
-    s[CL].reorder(ko, ci, cj)
-    s[CL].bind(ci, "threadIdx.y")
-    s[CL].bind(cj, "threadIdx.x")
-    for X in (AS, BS):
-        s[X].compute_at(s[CL], ko)
-        a0, a1 = s[X].op.axis
-        s[X].bind(a0, "threadIdx.y")
-        s[X].bind(a1, "threadIdx.x")
-    return s
-
-
 def test_target_supplies_the_hook():
     assert lt.Target.parse("opencl").region_hook is REGION_HOOK
     assert lt.Target.parse("c").region_hook is None
@@ -47,7 +22,7 @@ def test_target_supplies_the_hook():
 
 def test_lowering_keeps_the_work_group_region_only_with_the_hook():
     w = util.matmul(37, 53, 29)
-    s = _shared_tiles(w)
+    s = util.shared_tiles(w)
     plain = str(lt.lower(s, w.args))
     kept = str(lt.lower(s, w.args, region_hook=REGION_HOOK))
     assert plain.count("allocate A.shared") > 1        # partitioned: the region duplicated
@@ -83,7 +58,7 @@ def test_hook_decides_per_body():
 def test_built_with_the_hook_differential(opencl):
     """What build compiles for opencl (with the hook) against numpy, at odd sizes."""
     w = util.matmul(37, 53, 29)
-    f = lt.build(_shared_tiles(w), w.args, target=opencl, name=w.name)
+    f = lt.build(util.shared_tiles(w), w.args, target=opencl, name=w.name)
     data = w.make_data(np.random.default_rng(3))
     util.run_check(None, w.args, data, w.reference(data), f=f, **w.tol)
     assert "barrier(CLK_LOCAL_MEM_FENCE);" in f.source
@@ -96,7 +71,7 @@ def test_kernel_barriers_are_verified(monkeypatch):
     from looptune.schedule.stmt import Barrier
     from looptune.schedule.verify import IRVerifyError
     w = util.matmul(37, 53, 29)
-    f = lt.lower(_shared_tiles(w), w.args, region_hook=REGION_HOOK)
+    f = lt.lower(util.shared_tiles(w), w.args, region_hook=REGION_HOOK)
     assert "barrier(CLK_LOCAL_MEM_FENCE);" in opencl_codegen.generate_opencl(f).source
     cond = Var("n", "int32") < 3
     monkeypatch.setattr(opencl_codegen, "insert_barriers",

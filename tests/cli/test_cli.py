@@ -242,7 +242,7 @@ def test_tune_auto_then_show_and_bench_use_the_auto_log(tmp_path, capsys):
 
 
 _SHARED_TILES_OP = '''
-import numpy as np
+import util                  # tests/util.py (on sys.path in the test session)
 import looptune as lt
 
 NAME = "mm_shared"
@@ -250,33 +250,12 @@ DEFAULT_ARGS = (37, 53, 29)
 
 
 def algorithm(N, M, K):
-    A = lt.placeholder((N, K), "float32", name="A")
-    B = lt.placeholder((K, M), "float32", name="B")
-    k = lt.reduce_axis(K, name="k")
-    C = lt.compute((N, M), lambda i, j: lt.sum(A[i, k] * B[k, j], axis=k), name="C")
-    return [A, B, C]
+    return util.matmul(N, M, K).args
 
 
 def hand_schedule(N, M, K):
-    A, B, C = algorithm(N, M, K)
-    s = lt.create_schedule(C)
-    AS, BS, CL = s.cache_read(A, "shared", [C]), s.cache_read(B, "shared", [C]), \\
-        s.cache_write(C, "local")
-    by, bx, ty, tx = s[C].tile(*s[C].op.axis, 8, 8)
-    for v, tag in ((by, "blockIdx.y"), (bx, "blockIdx.x"), (ty, "threadIdx.y"),
-                   (tx, "threadIdx.x")):
-        s[C].bind(v, tag)
-    s[CL].compute_at(s[C], bx)
-    ci, cj = s[CL].op.axis
-    ko, _ = s[CL].split(s[CL].op.reduce_axis[0], factor=8)
-    s[CL].reorder(ko, ci, cj)
-    s[CL].bind(ci, "threadIdx.y")
-    s[CL].bind(cj, "threadIdx.x")
-    for X in (AS, BS):
-        s[X].compute_at(s[CL], ko)
-        s[X].bind(s[X].op.axis[0], "threadIdx.y")
-        s[X].bind(s[X].op.axis[1], "threadIdx.x")
-    return s, [A, B, C]
+    w = util.matmul(N, M, K)
+    return util.shared_tiles(w), w.args
 
 
 @lt.template(NAME)
