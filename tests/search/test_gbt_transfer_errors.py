@@ -46,7 +46,7 @@ def test_transfer_skips_configs_whose_template_raises_with_one_warning(tmp_path,
     bad = sum(other.config_space.get(i).knob_values()["unroll"] in (4, 16) for i in range(n))
     assert 0 < bad < n
     task = create_task("test_xfer_picky", (10, 16, 8))
-    with caplog.at_level(logging.WARNING, logger="looptune.search.gbt_tuner"):
+    with caplog.at_level(logging.WARNING, logger="looptune.search.transfer"):
         t = GBTTuner(task, seed=0, transfer_logs=[tmp_path / "other.jsonl"], max_transfer=1000)
     assert t.n_transferred == n - bad
     warnings = [r.getMessage() for r in caplog.records]
@@ -61,7 +61,7 @@ def test_transfer_skips_a_task_whose_template_cannot_be_instantiated(tmp_path, c
     broken_key = good.key._replace(args=(12, 16, 3))        # the template divides by zero
     _log_every_config(tmp_path / "mixed.jsonl", good, fake_key=broken_key)
     task = create_task("test_xfer_picky", (10, 16, 8))
-    with caplog.at_level(logging.WARNING, logger="looptune.search.gbt_tuner"):
+    with caplog.at_level(logging.WARNING, logger="looptune.search.transfer"):
         t = GBTTuner(task, seed=0, transfer_logs=[tmp_path / "mixed.jsonl"], max_transfer=1000)
     msgs = [r.getMessage() for r in caplog.records]
     assert any("cannot use the records of test_xfer_picky(12, 16, 3)" in m

@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import math
 
+import looptune as lt
 import numpy as np
 import pytest
-
-import looptune as lt
 from looptune.errors import LooptuneError
-from looptune.search import (MeasureOption, RandomTuner, apply_history_best, create_task,
-                             load_records, log_to_file)
-from looptune.search.gbt_tuner import GBTTuner, _targets
+from looptune.search import (
+    MeasureOption,
+    RandomTuner,
+    apply_history_best,
+    create_task,
+    load_records,
+    log_to_file,
+)
+from looptune.search.cost_model import targets as _targets
+from looptune.search.gbt_tuner import GBTTuner
+from looptune.search.proposer import Proposer
 
 OPT = MeasureOption(n_parallel=4)
 
@@ -126,14 +133,14 @@ def test_diversity_trades_predicted_rank_for_knob_values_new_to_the_plan(task):
     far = space.index_of([1 if d > 1 else 0 for d in dims])
     covered = [{0} for _ in dims]                       # the plan holds config ``same``'s values
     ranked = [same, near, far]
-    assert GBTTuner(task, diversity=0.0)._diverse_pick(list(ranked), covered, 8) == 0
+    assert GBTTuner(task, diversity=0.0).proposer.diverse_pick(list(ranked), covered, 8) == 0
     t = GBTTuner(task, diversity=0.5)
-    assert t._diverse_pick(list(ranked), covered, 8) == 2       # every movable knob is new
-    assert t._diverse_pick([same, near], covered, 8) == 1       # one new value beats 1/32 rank
+    assert t.proposer.diverse_pick(list(ranked), covered, 8) == 2       # every movable knob is new
+    assert t.proposer.diverse_pick([same, near], covered, 8) == 1       # one new value beats 1/32 rank
     # far down the ranking (past 4 plans' worth) a config is not considered at all
-    assert t._diverse_pick([same] + [near] * 31 + [far], covered, 8) == 1
+    assert t.proposer.diverse_pick([same] + [near] * 31 + [far], covered, 8) == 1
     t.visited.add(far)
-    assert t._diverse_pick(list(ranked), covered, 8) == 1       # measured ones are passed over
+    assert t.proposer.diverse_pick(list(ranked), covered, 8) == 1       # measured ones are passed over
 
 
 def test_bad_arguments():
@@ -160,12 +167,12 @@ def test_transfer_warm_starts_from_another_task(task, fake_measure, tmp_path):
     t0.tune(30, OPT, callbacks=[log_to_file(src)])
     t = GBTTuner(task, seed=0, transfer_logs=[src], explore=12, transfer_slots="start")
     assert t.model is not None and t.active == "transfer"     # before any measurement
-    assert len(t._src_y) == 30
+    assert t.n_transferred == 30
     fm = fake_measure(t, _bowl(task))
     t.tune(28, OPT)
     assert len(set(fm.measured)) == 28
-    assert set(t._models) == {"transfer", "target"}             # both kept once data exists
-    assert t.active == "target" and "transfer" in t._slot.values()
+    assert set(t._models) == {"transfer", "target", "knob"}             # both kept once data exists
+    assert t.active == "target" and "transfer" in t.transfer.kinds.values()
 
 
 @pytest.mark.slow
@@ -177,10 +184,10 @@ def test_transfer_keeps_a_random_start_and_fades_as_data_accumulates(task, fake_
     fake_measure(t0, _bowl(other))
     t0.tune(30, OPT, callbacks=[log_to_file(src)])
     t = GBTTuner(task, seed=0, transfer_logs=[src], explore=12, eps=0.0, n_init=8,
-                 transfer_slots="start")
+                 transfer_slots="start", min_compare=100)    # never set aside: still fitted
     draws = []
-    orig = t._random_unvisited
-    t._random_unvisited = lambda *a: (draws.append(1), orig(*a))[1]
+    orig = t.proposer.random_unvisited
+    t.proposer.random_unvisited = lambda *a: (draws.append(1), orig(*a))[1]
     t.next_batch(8)                       # one plan before any measurement of this task
     assert len(draws) >= 4                # every other pick is random, as without transfer
     weights = []
@@ -189,7 +196,7 @@ def test_transfer_keeps_a_random_start_and_fades_as_data_accumulates(task, fake_
     fm = fake_measure(t, _bowl(task))
     t.tune(48, OPT)
     assert len(set(fm.measured)) == 48
-    src_w = [w[:len(t._src_y)].max() for w in weights if w is not None]
+    src_w = [w[:t.n_transferred].max() for w in weights if w is not None]
     assert src_w[0] == 0.5 and src_w[-1] < 0.5 * 0.5     # 0.5 x 16 / 40 at the last plan
 
 
@@ -207,34 +214,35 @@ def _fake(task, cost):
     return FakeMeasurer(task, cost, None)
 
 
-def _spy_rankings(t):
-    """Record every ranking of the pool a tuner makes, by model name."""
+def _spy_rankings(monkeypatch):
+    """Record every ranking of a pool that any proposer makes, by scorer name ("transfer",
+    "target", or "target+knob" with two-stage scoring)."""
     seen = []
-    orig = t._ranked_pool
+    orig = Proposer.ranked_pool
 
-    def ranked(model=None):
-        out = orig(model)
-        name = next((k for k, m in t._models.items() if m is (model or t.model)), None)
-        seen.append((name, list(out)))
+    def ranked(self, score):
+        out = orig(self, score)
+        seen.append((score.name, list(out)))
         return out
-    t._ranked_pool = ranked
+    monkeypatch.setattr(Proposer, "ranked_pool", ranked)
     return seen
 
 
 def _record_draws(t):
     """Record every random config a tuner draws."""
     draws = []
-    orig = t._random_unvisited
+    orig = t.proposer.random_unvisited
 
     def drawn(*a):
         draws.append(orig(*a))
         return draws[-1]
-    t._random_unvisited = drawn
+    t.proposer.random_unvisited = drawn
     return draws
 
 
 @pytest.mark.slow
-def test_warm_start_is_kept_apart_from_the_search_of_this_task(task, fake_measure, tmp_path):
+def test_warm_start_is_kept_apart_from_the_search_of_this_task(task, fake_measure, tmp_path,
+                                                                monkeypatch):
     """transfer_slots="warm" (the default): the first n_warm trials are the transferred
     model's best predictions; after them the search runs as without transfer (same draws,
     same model, same picks), its model never trained on the warm picks."""
@@ -249,22 +257,22 @@ def test_warm_start_is_kept_apart_from_the_search_of_this_task(task, fake_measur
     xt = GBTTuner(task, seed=3, explore=12, n_init=8, transfer_logs=[src], n_warm=4,
                   diversity=0.0)
     assert xt.transfer_slots == "warm" and xt.active == "transfer"
-    seen = _spy_rankings(xt)
+    seen = _spy_rankings(monkeypatch)
     fx = fake_measure(xt, bowl)
     xt.tune(36, OPT)
     warm = fx.measured[:4]
     names = [name for name, _ in seen]
     xfer = [r for name, r in seen if name == "transfer"]
     assert warm == xfer[-1][:4]                       # the transferred model's best ...
-    assert "transfer" not in names[names.index("target"):]       # ... at the start only
-    assert set(xt._slot) == set(warm) and set(xt._slot.values()) == {"transfer"}
+    assert "transfer" not in names[names.index("target+knob"):]  # ... at the start only
+    assert set(xt.transfer.kinds) == set(warm) and set(xt.transfer.kinds.values()) == {"transfer"}
     assert fx.measured[4:] == fb.measured             # then the search without transfer
-    assert set(xt._models) == {"target"}              # the transferred model is dropped
-    x, y = xt._training_set()
+    assert set(xt._models) == {"target", "knob"}      # the transferred model is dropped
+    _, y = xt._training_set()
     assert len(y) == 32                               # ... and the warm picks are not learnt
     # with diversity the warm picks spread over knob values the others do not have
     xd = GBTTuner(task, seed=3, explore=12, n_init=8, transfer_logs=[src], n_warm=4)
-    seen = _spy_rankings(xd)
+    seen = _spy_rankings(monkeypatch)
     spread = [c.index for c in xd.next_batch(4)]
     ranked = [r for name, r in seen if name == "transfer"][-1]
     assert spread[0] == ranked[0] and set(spread) <= set(ranked[:16])
@@ -276,7 +284,7 @@ def test_warm_start_is_kept_apart_from_the_search_of_this_task(task, fake_measur
 
 
 @pytest.mark.slow
-def test_transfer_replaces_only_the_random_picks(task, fake_measure, tmp_path):
+def test_transfer_replaces_only_the_random_picks(task, fake_measure, tmp_path, monkeypatch):
     src = _source_log(tmp_path)
     base = GBTTuner(task, seed=3, explore=12, n_init=8, diversity=0.0)
     xt = GBTTuner(task, seed=3, explore=12, n_init=8, transfer_logs=[src], diversity=0.0,
@@ -285,31 +293,31 @@ def test_transfer_replaces_only_the_random_picks(task, fake_measure, tmp_path):
     b1 = [c.index for c in xt.next_batch(8)]
     # the random start draws the same configs; transfer takes every other slot
     assert b1[1::2] == b0[1::2] and not set(b1[0::2]) & set(b0)
-    left = [i for i in xt._pool if i not in xt.visited]
-    pred = xt._predict(b1[0::2] + left, xt._models["transfer"])
+    left = [i for i in xt.proposer.pool if i not in xt.visited]
+    pred = xt.scorers["transfer"](b1[0::2] + left)
     assert min(pred[:4]) >= max(pred[4:])       # the transferred model's best unmeasured
     fake_measure(xt, _bowl(task))
     xt.tune(16, OPT)
-    assert set(xt._models) == {"transfer", "target"} and xt.active == "target"
+    assert set(xt._models) == {"transfer", "target", "knob"} and xt.active == "target"
     # past the random start the target model's picks are kept: eps=0 -> none replaced
     xt.eps, xt.transfer_trusted = 0.0, True
-    seen = _spy_rankings(xt)
+    seen = _spy_rankings(monkeypatch)
     plan = xt._make_plan(8)
-    target = [r for name, r in seen if name == "target"][-1]    # the last: after annealing
+    target = [r for name, r in seen if name == "target+knob"][-1]   # the last: after search
     assert plan == target[:8]
     # ... and eps=1 -> every slot random: past the start (transfer_slots="start") as drawn
     xt.eps = 1.0
     draws = _record_draws(xt)
     plan = xt._make_plan(8)
-    assert plan == draws[-8:] and {xt._slot[i] for i in plan} == {"random"}
+    assert plan == draws[-8:] and {xt.transfer.kinds[i] for i in plan} == {"random"}
     # ... with transfer_slots="random" every other one is the transferred model's best
     xt.transfer_slots = "random"
     seen.clear()
     plan = xt._make_plan(8)
     xfer = [r for name, r in seen if name == "transfer"][-1]
-    kinds = [xt._slot[i] for i in plan]
+    kinds = [xt.transfer.kinds[i] for i in plan]
     assert kinds in (["transfer", "random"] * 4, ["random", "transfer"] * 4)
-    assert [i for i in plan if xt._slot[i] == "transfer"] == xfer[:4]
+    assert [i for i in plan if xt.transfer.kinds[i] == "transfer"] == xfer[:4]
 
 
 @pytest.mark.slow
@@ -322,10 +330,10 @@ def test_transfer_picks_must_earn_their_slots(task, fake_measure, tmp_path):
     def run(transfer_cost):
         xt = GBTTuner(task, seed=1, explore=12, n_init=8, transfer_logs=[src],
                       transfer_slots="start")
-        fake_measure(xt, lambda i: transfer_cost if xt._slot.get(i) == "transfer"
+        fake_measure(xt, lambda i: transfer_cost if xt.transfer.kinds.get(i) == "transfer"
                      else bowl(i))
         xt.tune(16, OPT)
-        assert list(xt._slot.values())[:8] == ["transfer", "random"] * 4   # the random start
+        assert list(xt.transfer.kinds.values())[:8] == ["transfer", "random"] * 4   # the random start
         return xt
     xt = run(1.0)                 # the transferred picks are the slowest configs of all
     assert not xt.transfer_trusted
@@ -356,7 +364,7 @@ def test_transfer_ignores_records_of_the_same_task(task, fake_measure, tmp_path)
     fake_measure(t0, _bowl(task))
     t0.tune(8, OPT, callbacks=[log_to_file(log)])
     t = GBTTuner(task, seed=0, transfer_logs=[log])
-    assert t.model is None and len(t._src_y) == 0
+    assert t.model is None and t.n_transferred == 0
 
 
 @pytest.mark.slow
