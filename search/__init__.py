@@ -18,7 +18,7 @@ from .auto import auto_schedule, auto_task
 from .callbacks import LogToFile, ProgressBar, log_to_file, progress_bar
 from .flops import count_flop
 from .ga_tuner import GATuner
-from .gbt_tuner import GBTTuner
+from .gbt_tuner import GBTOptions, GBTTuner
 from .log import ApplyHistoryBest, LogWriter, Record, apply_history_best, load_best, load_records
 from .measure import ErrorKind, MeasureOption, Measurer, MeasureResult, measure_configs
 from .optuna_tuner import OptunaTuner
@@ -39,7 +39,7 @@ from .tuners import TUNERS, GridTuner, RandomTuner, make_tuner
 from .workers import worker_role
 
 __all__ = ["auto_schedule", "auto_task", "LogToFile", "ProgressBar", "log_to_file",
-           "progress_bar", "count_flop", "GATuner", "GBTTuner", "OptunaTuner",
+           "progress_bar", "count_flop", "GATuner", "GBTTuner", "GBTOptions", "OptunaTuner",
            "ApplyHistoryBest", "LogWriter", "Record", "apply_history_best", "load_best",
            "load_records", "ErrorKind", "MeasureOption", "Measurer", "MeasureResult",
            "measure_configs", "SATuner", "ConfigEntity", "ConfigSpace", "FallbackConfig",
