@@ -1,7 +1,8 @@
 """C code generation from a lowered loop nest.
 
 Loops become ``for`` over ``int64_t``; parallel loops get ``#pragma omp parallel for``,
-vectorized loops ``#pragma omp simd`` (compiled with ``-fopenmp-simd`` at least, so gcc really
+vectorized loops ``#pragma omp simd`` (streamed loops: chunks into an aligned tile streamed
+with non-temporal stores, backends/c_stream.py; compiled with ``-fopenmp-simd`` at least, so gcc really
 vectorizes them), unrolled loops of non-constant extent ``#pragma GCC unroll``. Intermediate
 buffers live on the stack when small and constant-sized, else on the heap (aligned; freed on
 every path). Floor division uses plain ``/`` and ``%`` where the numerator is provably
@@ -25,6 +26,7 @@ from ..schedule.lower import LoweredFunc
 from ..schedule.ranges import RangeContext
 from ..schedule.stmt import Buffer, For, ForKind, StmtVisitor
 from .c_math import helper_source
+from .c_stream import emit_streamed, streamable
 from .sanitize import c_identifier, is_reserved
 
 STACK_LIMIT = 8 * 1024   # bytes; larger or symbolic buffers go to the heap (big stack arrays
@@ -187,6 +189,7 @@ class CCodegen(StmtVisitor):
         self.threads = threads
         self.in_parallel = 0
         self.uses_parallel = False
+        self.streams = 0                 # streamed loops emitted (each needs a fence after)
         self.expr = _CExpr(self)
 
     # ---- naming ------------------------------------------------------------------------
@@ -268,17 +271,20 @@ class CCodegen(StmtVisitor):
         if s.kind is ForKind.THREAD:
             raise BuildError(f"loop '{s.var.name}' is bound to {s.tag}, which only the opencl "
                              "target supports; build with target='opencl' or drop the bind")
+        if s.kind is ForKind.STREAMED and streamable(s):
+            return emit_streamed(self, s)
         v = self.var_name(s.var)
         lo, ext = self.expr.visit(s.min), self.expr.visit(s.extent)
         ub = upper_bound(s.extent, self.ranges.facts)
         self.ranges.push_loop(s.var, s.min, s.extent)
+        streams = self.streams
         if s.kind is ForKind.PARALLEL:
             if self.in_parallel == 0:
                 nt = f" num_threads({self.threads})" if self.threads else ""
                 self.emit(f"#pragma omp parallel for schedule(static){nt}")
                 self.uses_parallel = True
             self.in_parallel += 1
-        elif s.kind is ForKind.VECTORIZED:
+        elif s.kind in (ForKind.VECTORIZED, ForKind.STREAMED):  # streamed with guards: SIMD
             self.emit("#pragma omp simd")
         elif s.kind is ForKind.UNROLLED:
             self.emit(f"#pragma GCC unroll {min(ub or 8, 64)}")
@@ -286,6 +292,8 @@ class CCodegen(StmtVisitor):
         self.emit(f"for (int64_t {v} = {lo}; {v} < {end}; ++{v}) {{")
         self.depth += 1
         self.visit(s.body)
+        if s.kind is ForKind.PARALLEL and self.in_parallel == 1 and self.streams > streams:
+            self.emit("lt_sfence();")   # this thread's streaming stores, before the barrier
         self.depth -= 1
         self.emit("}")
         if s.kind is ForKind.PARALLEL:
@@ -359,6 +367,8 @@ class CCodegen(StmtVisitor):
         for v in f.size_vars:
             params.append(f"int64_t {self.var_name(v)}")
         self.visit(f.body)
+        if self.streams:
+            self.emit("lt_sfence();")
         body = "\n".join(self.lines)
         sig = f"int {f.name}({', '.join(params)})"
         return CSource(f"{sig} {{\n  int lt_status = 0;\n{body}\n  return lt_status;\n}}\n",

@@ -58,8 +58,43 @@ static inline float lt_expf(float x) {
 }
 """
 
-# helper name -> its C definition
-HELPERS = {"lt_expf": EXPF}
+# Streaming (non-temporal) stores for ForKind.STREAMED loops (backends/c_stream.py): the loop
+# computes a chunk of values into an aligned stack tile, then lt_stream_f32/f64 copies it to
+# the destination with stores that bypass the caches (no read-for-ownership of the lines).
+# numpy arrays are only 16-byte aligned: a scalar peel reaches the vector width's alignment,
+# a scalar tail ends it. x86 only (AVX-512F, AVX, SSE2: the widest the -march has); a plain
+# copy elsewhere. The stores are weakly ordered: lt_sfence() (a no-op off x86) orders them
+# before the worker's barrier at the end of a parallel iteration, and before the return.
+SFENCE = r"""/* streaming stores; see backends/c_math.py */
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+static inline void lt_sfence(void) {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+"""
+
+
+def _stream(name: str, ctype: str, sfx: str) -> str:
+    size = 4 if ctype == "float" else 8
+    vec = [("__AVX512F__", "_mm512", 64), ("__AVX__", "_mm256", 32), ("__SSE2__", "_mm", 16)]
+    text = [f"static inline void {name}({ctype} *restrict dst, const {ctype} *restrict src, "
+            + "int64_t n) {", "  int64_t i = 0;"]
+    for k, (macro, pre, width) in enumerate(vec):
+        text += [f"#{'el' if k else ''}if defined({macro})",
+                 f"  for (; i < n && ((uintptr_t)(dst + i) & {width - 1}); ++i) dst[i] = src[i];",
+                 f"  for (; i + {width // size} <= n; i += {width // size})",
+                 f"    {pre}_stream_{sfx}(dst + i, {pre}_loadu_{sfx}(src + i));"]
+    return "\n".join(text + ["#endif", "  for (; i < n; ++i) dst[i] = src[i];", "}", ""])
+
+
+# helper name -> its C definition (helper_source emits them in this order: lt_sfence first,
+# it includes <immintrin.h> for the stream helpers)
+HELPERS = {"lt_expf": EXPF, "lt_sfence": SFENCE,
+           "lt_stream_f32": _stream("lt_stream_f32", "float", "ps"),
+           "lt_stream_f64": _stream("lt_stream_f64", "double", "pd")}
 
 
 def helper_source(names) -> str:

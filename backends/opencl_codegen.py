@@ -14,6 +14,8 @@ The execution model is SPMD, as in TVM and Halide:
   per block); a loop shorter than the launch is guarded, one that may be longer becomes a loop
   strided by the launch extent.
 * Everything else runs inside each work-item: serial loops, lets, stages computed at a loop.
+  Vectorized and streamed (``s[T].stream``) loops are plain loops here: OpenCL C has no
+  portable non-temporal store, and a work-item's loop is not where a GPU's width comes from.
   Code inside the work-group loops but outside the thread loops runs in every work-item of
   the group; its stores to global and ``__local`` memory happen in local id 0 only.
 * An intermediate allocated in a kernel outside its thread loops is shared by the work-group

@@ -197,7 +197,7 @@ def _check_annotation(st: Stage, prim: str, v: IterVar, kind: Annot, arg=None) -
     if old is not None and old != (kind, arg):
         raise st._err(where, f"loop '{v.name}' is already marked {old[0].value}"
                       f"{'' if old[1] is None else ' ' + str(old[1])}; a loop takes one "
-                      "of unroll/vectorize/parallel/bind — split it to use two")
+                      "of unroll/vectorize/parallel/bind/stream — split it to use two")
     if kind in (Annot.PARALLEL, Annot.VECTORIZE) and v.kind is IterKind.REDUCE:
         raise st._err(where, f"loop '{v.name}' carries the reduction of "
                       f"'{st.name}' (iterations update the same element); use "
@@ -205,14 +205,42 @@ def _check_annotation(st: Stage, prim: str, v: IterVar, kind: Annot, arg=None) -
                       "new stage, then " + prim + " that")
 
 
+STREAM_DTYPES = ("float32", "float64")
+
+
+def _check_stream(st: Stage, v: IterVar) -> None:
+    """``stream(loop)``: the innermost spatial loop of a float stage written once (not a
+    reduction, not inlined). Lowering checks again what later steps may change (the loop still
+    innermost, nothing attached in it, its store contiguous)."""
+    where = f"stream({v.name})"
+    if v.kind is IterKind.REDUCE:
+        raise st._err(where, f"loop '{v.name}' is a reduction loop of '{st.name}'; streaming "
+                      "stores write each element once: stream a spatial loop")
+    if st.op.is_reduction:
+        raise st._err(where, f"'{st.name}' is a reduction: its updates read back the element "
+                      "they store, and streaming stores bypass the caches; stream a stage "
+                      "that reads it (or its cache_write stage's consumer)")
+    if st.attach is Attach.INLINE:
+        raise st._err(where, f"stage '{st.name}' is inlined: it has no loops or stores of its "
+                      "own; stream the stage it is inlined into, or compute_root it first")
+    if st.tensor.dtype not in STREAM_DTYPES:
+        raise st._err(where, f"'{st.name}' is {st.tensor.dtype}; streaming stores work for "
+                      f"{' and '.join(STREAM_DTYPES)} outputs only: vectorize the loop instead")
+    if v is not st.leaf_iter_vars[-1]:
+        raise st._err(where, f"loop '{v.name}' is not the innermost loop of '{st.name}' "
+                      f"(order {st._order_str()}); stream the innermost loop, after reordering "
+                      "this one inward")
+
+
 @dataclass(frozen=True, slots=True)
 class Annotate(Step):
-    """``s[C].unroll(loop)``, ``s[C].vectorize(loop)`` or ``s[C].parallel(loop)``."""
+    """``s[C].unroll(loop)``, ``s[C].vectorize(loop)``, ``s[C].parallel(loop)`` or
+    ``s[C].stream(loop)``."""
 
     loop: str
     kind: Annot
 
-    PRIMITIVES = ("unroll", "vectorize", "parallel")
+    PRIMITIVES = ("unroll", "vectorize", "parallel", "stream")
 
     def __post_init__(self):
         assert self.kind.value in self.PRIMITIVES, f"Annotate takes no {self.kind}: use Bind"
@@ -232,7 +260,10 @@ class Annotate(Step):
 
     def validate(self, s: Schedule) -> None:
         st = s.stage(self.stage)
-        _check_annotation(st, self.primitive, st.loop(self.loop), self.kind)
+        v = st.loop(self.loop)
+        _check_annotation(st, self.primitive, v, self.kind)
+        if self.kind is Annot.STREAM:
+            _check_stream(st, v)
 
     def apply(self, s: Schedule) -> None:
         st = s.stage(self.stage)
@@ -352,6 +383,11 @@ class ComputeInline(Step):
         if st.op.is_reduction:
             raise st._err("compute_inline()", "a reduction cannot be inlined (its consumers "
                           "would redo the whole reduction per element); compute_at it instead")
+        streamed = [v.name for v, (k, _) in st.annotations.items() if k is Annot.STREAM]
+        if streamed:
+            raise st._err("compute_inline()", f"loop '{streamed[0]}' of '{st.name}' is "
+                          "streamed, and an inlined stage stores nothing; inline a stage "
+                          "without stream(), or keep this one computed")
 
     def apply(self, s: Schedule) -> None:
         s.stage(self.stage).attach = Attach.INLINE

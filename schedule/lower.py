@@ -33,7 +33,8 @@ from .passes import RegionHook, check_nesting, partition_tails, simplify_stmt, u
 from .verify import verify_pass
 
 _FOR_KIND = {Annot.UNROLL: ForKind.UNROLLED, Annot.VECTORIZE: ForKind.VECTORIZED,
-             Annot.PARALLEL: ForKind.PARALLEL, Annot.BIND: ForKind.THREAD}
+             Annot.PARALLEL: ForKind.PARALLEL, Annot.BIND: ForKind.THREAD,
+             Annot.STREAM: ForKind.STREAMED}
 
 
 @dataclass
@@ -392,6 +393,7 @@ class _Lowering:
         nest = self.nests[st]
         leaves = st.leaf_iter_vars
         core, init, where = self._core(st, nest)
+        self._check_stream(st, core)
         guards, extents = self._place_guards(st, nest, where)
         first_red = next((k for k, v in enumerate(leaves) if v.kind is IterKind.REDUCE), None)
         stmt = core
@@ -402,6 +404,35 @@ class _Lowering:
                 stmt = seq(self._init_nest(st, init, guards, extents, first_red), stmt)
         stmt = _guard(guards.get(-1, []), stmt)
         return stmt
+
+    def _check_stream(self, st: Stage, core: Stmt) -> None:
+        """A streamed loop is still (after later steps) the innermost, holds no attached
+        stage, and its store writes consecutive elements of the last dimension."""
+        for leaf, (kind, _) in st.annotations.items():
+            if kind is not Annot.STREAM:
+                continue
+            prim = f"stage '{st.name}': stream({leaf.name})"
+            if leaf is not st.leaf_iter_vars[-1]:
+                raise ScheduleError(f"{prim}: loop '{leaf.name}' is no longer the innermost "
+                                    f"loop (order {st._order_str()}); reorder it back inward "
+                                    "or stream the innermost loop")
+            inside = self.attached.get((st, leaf), [])
+            if inside:
+                raise ScheduleError(f"{prim}: stage '{inside[0].name}' is computed inside "
+                                    f"the streamed loop '{leaf.name}'; compute_at an outer "
+                                    "loop (the streamed loop's body is the one store)")
+            assert isinstance(core, Store), "stream() refuses reductions"
+            *outer, last = core.indices
+            terms, _ = _linear(simplify(last))
+            rest = [t for t in terms if t != leaf.var]
+            if terms.get(leaf.var) != 1 or any(leaf.var in collect_vars(t) for t in rest) or \
+                    any(leaf.var in collect_vars(i) for i in outer):
+                idx = ", ".join(expr_str(i) for i in core.indices)
+                raise ScheduleError(f"{prim}: the store {core.buffer.name}[{idx}] is not "
+                                    f"contiguous in loop '{leaf.name}' (streaming stores "
+                                    "write consecutive elements); stream a loop that steps "
+                                    "the last index by 1: split the last axis and stream its "
+                                    "inner loop")
 
     def _init_nest(self, st, init: Stmt, guards, extents, first_red: int) -> Stmt:
         leaves = st.leaf_iter_vars

@@ -3,8 +3,8 @@
 ``looptune show FILE --html OUT.html`` writes :func:`html_page` (one static file: no script,
 no external resource); ``lt.lower(...)`` shows :func:`html_fragment` in a notebook
 (``LoweredFunc._repr_html_``). Loops are nested ``<details>`` blocks, so a reader folds the
-ones they do not care about; each loop's kind (parallel, vectorized, unrolled, serial, or a
-GPU binding) colours its bar. Every name a user wrote (tensors, stages, loops, the function)
+ones they do not care about; each loop's kind (parallel, vectorized, streamed, unrolled,
+serial, or a GPU binding) colours its bar. Every name a user wrote (tensors, stages, loops, the function)
 and every expression is escaped with ``html.escape``.
 """
 from __future__ import annotations
@@ -34,6 +34,7 @@ MAX_LINES = 4000           # a fully unrolled nest can be huge: the rest is coun
 COLOURS = {                # kind: (bar, tint) -- readable on white, distinct in greyscale too
     ForKind.PARALLEL: ("#d9480f", "#fff4e6"),
     ForKind.VECTORIZED: ("#2b8a3e", "#ebfbee"),
+    ForKind.STREAMED: ("#0b7285", "#e3fafc"),
     ForKind.UNROLLED: ("#7048e8", "#f3f0ff"),
     ForKind.SERIAL: ("#868e96", "#f8f9fa"),
     ForKind.THREAD: ("#c2255c", "#fff0f6"),

@@ -2,7 +2,8 @@
 
 A stage's ``relations`` (``Split``/``Fuse``, in the order they were applied) tell bound
 inference how each original axis is computed from the leaf loops; its ``annotations`` map a
-leaf loop to an :class:`Annot` (and a thread tag for ``BIND``).
+leaf loop to an :class:`Annot` (and a thread tag for ``BIND``). A loop takes one annotation:
+``STREAM`` (streaming stores, see ``Stage.stream``) implies SIMD, so it excludes ``VECTORIZE``.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ class Annot(enum.Enum):
     VECTORIZE = "vectorize"
     PARALLEL = "parallel"
     BIND = "bind"
+    STREAM = "stream"        # non-temporal stores in the stage's innermost loop (implies SIMD)
 
 
 THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y",

@@ -202,6 +202,20 @@ class Stage:
         """Run ``loop``'s iterations on several threads (OpenMP in C)."""
         self._annotate(Annot.PARALLEL, loop)
 
+    def stream(self, loop: IterVar) -> None:
+        """Store this stage's values in ``loop`` with non-temporal (streaming) stores that
+        bypass the caches: for a large output written once and not read again soon (no
+        read-for-ownership of the destination lines).
+
+        ``loop`` must be the stage's innermost loop, spatial, indexing the last dimension with
+        stride 1 (checked when lowering); the stage float32 or float64, not a reduction, not
+        inlined. It implies SIMD (a loop takes one annotation: do not vectorize it too). The C
+        target computes chunks of up to 1 KB into an aligned tile and streams each
+        (``_mm512_stream_ps``/AVX/SSE2, a plain copy elsewhere), fencing at the end of each
+        parallel iteration and of the function; loops with guards (tails) are plain SIMD
+        loops. OpenCL emits a plain loop. Stream a long loop (hundreds of elements)."""
+        self._annotate(Annot.STREAM, loop)
+
     def bind(self, loop: IterVar, tag: str) -> None:
         """Bind ``loop`` to a GPU index: ``blockIdx.x|y|z`` or ``threadIdx.x|y|z``."""
         prim = f"bind({self._name(loop)})"

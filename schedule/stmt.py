@@ -30,6 +30,7 @@ class ForKind(enum.Enum):
     VECTORIZED = "vectorized"
     UNROLLED = "unrolled"
     THREAD = "thread"        # bound to a GPU index (the tag is on the For)
+    STREAMED = "streamed"    # SIMD, its stores non-temporal (C: lt_stream_f32/f64 of a tile)
 
 
 class Stmt:

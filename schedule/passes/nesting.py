@@ -1,4 +1,5 @@
-"""Refuse loop kinds that cannot nest: a parallel or vectorized loop inside a vectorized one.
+"""Refuse loop kinds that cannot nest: a parallel or vectorized loop inside a vectorized one
+(a streamed loop is a vectorized one here: its stores are SIMD).
 
     for i in [0, 64) vectorized:
       for j in [0, 8) parallel:   ->  ScheduleError: parallel loop 'j' is nested inside
@@ -11,6 +12,8 @@ from __future__ import annotations
 from ...errors import ScheduleError
 from ..stmt import For, ForKind, Stmt, StmtVisitor
 
+_SIMD = (ForKind.VECTORIZED, ForKind.STREAMED)
+
 
 class _Nesting(StmtVisitor):
     def __init__(self):
@@ -20,15 +23,16 @@ class _Nesting(StmtVisitor):
         if self.vector is not None:
             if s.kind is ForKind.PARALLEL:
                 raise ScheduleError(
-                    f"parallel loop '{s.var.name}' is nested inside vectorized loop "
-                    f"'{self.vector.var.name}'; vectorize an inner loop or parallelize an "
-                    "outer one")
-            if s.kind is ForKind.VECTORIZED:
+                    f"parallel loop '{s.var.name}' is nested inside {self.vector.kind.value} "
+                    f"loop '{self.vector.var.name}'; vectorize an inner loop or parallelize "
+                    "an outer one")
+            if s.kind in _SIMD:
                 raise ScheduleError(
-                    f"vectorized loop '{s.var.name}' is nested inside vectorized loop "
-                    f"'{self.vector.var.name}'; vectorize only one of them (the innermost)")
+                    f"{s.kind.value} loop '{s.var.name}' is nested inside "
+                    f"{self.vector.kind.value} loop '{self.vector.var.name}'; vectorize (or "
+                    "stream) only one of them (the innermost)")
         outer = self.vector
-        if s.kind is ForKind.VECTORIZED:
+        if s.kind in _SIMD:
             self.vector = s
         super().visit_For(s)
         self.vector = outer

@@ -22,6 +22,7 @@ from looptune.schedule.relations import Annot
 ONE_OF_EACH = [Split("C", "i", factor=8), Split("C", "i", nparts=3), Fuse("C", ("i", "j")),
                Reorder("C", ("j", "i")), Annotate("C", "i", Annot.UNROLL),
                Annotate("C", "j", Annot.VECTORIZE), Annotate("C", "i", Annot.PARALLEL),
+               Annotate("C", "j", Annot.STREAM),
                Bind("C", "i", "blockIdx.x"), ComputeAt("P", "C", "j"), ComputeInline("P"),
                ComputeRoot("P"), CacheRead("A", "local", ("C", "P")), CacheWrite("C", "local"),
                RFactor("C", "k.inner")]
@@ -29,7 +30,8 @@ ONE_OF_EACH = [Split("C", "i", factor=8), Split("C", "i", nparts=3), Fuse("C", (
 
 def test_every_primitive_is_a_registered_step_class():
     assert set(steps_mod.primitives()) == {
-        "split", "fuse", "reorder", "unroll", "vectorize", "parallel", "bind", "compute_at",
+        "split", "fuse", "reorder", "unroll", "vectorize", "parallel", "stream", "bind",
+        "compute_at",
         "compute_inline", "compute_root", "cache_read", "cache_write", "rfactor"}
     assert {type(x).__name__ for x in ONE_OF_EACH} == {
         cls.__name__ for cls in steps_mod.primitives().values()}
