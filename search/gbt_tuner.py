@@ -1,11 +1,12 @@
-"""A tuner guided by a cost model: gradient-boosted trees on loop-nest features.
+"""A tuner guided by cost models: gradient-boosted trees on loop-nest and knob features.
 
 The loop: the first ``n_init`` configs are random (unless transferred records already train
 a model); then configs come in plans of ``plan_size``, before each of which the models are
 retrained on every measurement (target: throughput rank or log throughput). To fill a plan,
 the proposer scores thousands of candidates with a model on knob features (no lowering),
-gives the shortlist loop-nest features, and the loop-nest model picks the plan (diversity and
-an ``eps`` share of random configs included). No config is proposed twice.
+gives the shortlist loop-nest features, and the loop-nest model with the knob model (the sum
+of their ranks) picks the plan, diversity and an ``eps`` share of random configs included.
+No config is proposed twice.
 
 Parts: :mod:`.cost_model` (features, fit, predict), :mod:`.proposer` (candidates and
 plans), :mod:`.transfer` (warm start from other tasks' records). Options are one frozen
@@ -154,7 +155,7 @@ class GBTTuner(Tuner):
         self._plan: list[int] = []                      # proposed (visited), not handed out
         self._stale = False
         self.scorers: dict[str, Scorer] = {}            # "target", "transfer", "knob"
-        self.model: CostModel | None = None             # the model that anneals
+        self.model: CostModel | None = None             # target's, or transfer's before
         self.active = "target"
         if self.transfer.n_transferred:
             self.active = "transfer"

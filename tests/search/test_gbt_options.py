@@ -4,11 +4,11 @@ plugs in through ``model_factory``."""
 from __future__ import annotations
 
 import dataclasses
-
-import numpy as np
-import pytest
+from typing import ClassVar
 
 import looptune as lt
+import numpy as np
+import pytest
 from looptune.errors import LooptuneError
 from looptune.search import MeasureOption, create_task
 from looptune.search.cost_model import CostModel, Objective
@@ -102,7 +102,7 @@ def test_model_params_that_the_regressor_does_not_take_are_named(task, fake_meas
 class _Nearest(CostModel):
     """A second cost model: the target of the nearest training row."""
 
-    made: list = []
+    made: ClassVar[list] = []
 
     def __init__(self, seed):
         self.seed = seed
@@ -127,3 +127,16 @@ def test_a_second_cost_model_plugs_in_through_model_factory(task, fake_measure):
     assert isinstance(t.model, _Nearest) and isinstance(t.scorers["knob"].model, _Nearest)
     assert {m.seed for m in _Nearest.made} == {3}
     assert lt.search.GBTTuner is GBTTuner
+
+
+def test_the_docstrings_say_what_the_tuner_does_and_the_figures_live_in_the_notes():
+    import os
+
+    import looptune.search.gbt_tuner as mod
+    for doc in (mod.__doc__, GBTTuner.__doc__):
+        assert len(doc.strip().splitlines()) <= 20 and "GFLOP/s" not in doc
+    notes = os.path.join(os.path.dirname(os.path.dirname(mod.__file__)), "benchmarks",
+                         "NOTES.md")
+    with open(notes) as f:
+        text = f.read()
+    assert "## GBT tuner" in text and "311 to 383 GFLOP/s" in text
