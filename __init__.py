@@ -9,8 +9,9 @@ from .lang.ops import (all, any, cast, ceil, cos, equal, erf, exp, fabs, floor, 
 
 __version__ = "0.1.0"
 from .schedule import Schedule, Stage, create_schedule, lower
-from .backends import Target, TimeResult, build, export_library
+from .backends import Target, TimeResult, build
 from . import search
 from .schedule import replay
 from .search import template
 from . import graph
+from .graph.export import export_library

@@ -30,6 +30,7 @@ from .march import (
     parse_march,
     query_declaration,
     rename_function,
+    resolved_march,
     variant_symbol,
 )
 from .opencl_host import host_source, runtime_source
@@ -84,7 +85,6 @@ def _target_doc(variants: list[_Variant], cc: str, stem: str) -> list[str]:
         march = variants[0].march
         resolved = None
         if march == "native":
-            from ..search.hosts import resolved_march
             resolved = resolved_march(cc, march)
         return [f" * Target: {c_comment(describe(march, resolved))}.", *lines]
     levels = ", ".join(v.march for v in variants)
@@ -158,13 +158,6 @@ def export_library(modules, path, cc: str | None = None, march=None) -> dict[str
     Returns the paths written. Raises BuildError for duplicate names, OpenCL functions of
     different targets, a march the compiler rejects, or a failing compiler.
     """
-    if hasattr(modules, "steps") and hasattr(modules, "plan"):   # a model (lt.graph.compile)
-        if march is not None:
-            raise BuildError(f"export_library: march= applies to functions from lt.build; got "
-                             f"a model and march={march!r}; compile the model for its target "
-                             "instead: lt.graph.compile(g, target='c -march=x86-64-v2')")
-        from ..graph.export import export_model
-        return export_model(modules, path, cc=cc)
     variants = _variants(modules, parse_march(march))
     mods = variants[0].mods
     names = _check_modules(mods)

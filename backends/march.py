@@ -22,7 +22,10 @@ after that goes to that level's variant.
 """
 from __future__ import annotations
 
+import functools
+import os
 import re
+import subprocess
 from collections.abc import Sequence
 
 from ..errors import BuildError
@@ -166,3 +169,21 @@ def dispatcher_source(stem: str, levels: list[str], decls: list[tuple[str, str]]
 
 def query_declaration(stem: str) -> str:
     return f"const char *{stem}_target(void);"
+
+
+@functools.lru_cache(maxsize=None)
+def resolved_march(cc: str, march: str) -> str:
+    """What ``-march=<march>`` means to compiler ``cc`` here (``native`` -> ``znver3``, ...);
+    ``march`` itself when the compiler does not say."""
+    try:
+        out = subprocess.run([cc, f"-march={march}", "-Q", "--help=target"],
+                             capture_output=True, text=True, timeout=30, check=False).stdout
+        m = re.search(r"^\s*-march=\s+(\S+)", out, re.M)
+        if m:
+            return m.group(1)
+        out = subprocess.run([cc, f"-march={march}", "-###", "-x", "c", "-c", os.devnull],
+                             capture_output=True, text=True, timeout=30, check=False).stderr
+        m = re.search(r'"-target-cpu" "([^"]+)"', out)       # clang
+        return m.group(1) if m else march
+    except (OSError, subprocess.SubprocessError):
+        return march

@@ -41,6 +41,7 @@ import numpy as np
 
 from ..backends.c_codegen import CSource, translation_unit
 from ..backends.compiler import compiler_version, flags_for
+from ..backends.export import export_library as export_functions
 from ..backends.export import library_base
 from ..backends.sanitize import c_comment, c_identifier, check_function_name
 from ..errors import BuildError
@@ -428,3 +429,16 @@ def export_model(model, path, *, prefix: str | None = None, cc: str | None = Non
     ``prefix`` defaults to the file name without ``lib``. Returns the paths written."""
     return export_spec(model_spec(model), path, prefix=prefix, cc=cc,
                        inline_limit=inline_limit)
+
+
+def export_library(modules, path, cc: str | None = None, march=None) -> dict[str, Path]:
+    """``lt.export_library``: a model from ``lt.graph.compile`` (:func:`export_model`) or
+    functions from ``lt.build`` (:func:`looptune.backends.export.export_library`, whose
+    docstring tells ``march``). Returns the paths written."""
+    if not (hasattr(modules, "steps") and hasattr(modules, "plan")):   # not a model
+        return export_functions(modules, path, cc=cc, march=march)
+    if march is not None:
+        raise BuildError(f"export_library: march= applies to functions from lt.build; got "
+                         f"a model and march={march!r}; compile the model for its target "
+                         "instead: lt.graph.compile(g, target='c -march=x86-64-v2')")
+    return export_model(modules, path, cc=cc)

@@ -14,6 +14,7 @@ import re
 import subprocess
 from typing import Any
 
+from ..backends.march import resolved_march
 from ..errors import LooptuneError
 
 
@@ -31,24 +32,6 @@ def _machine_info() -> dict[str, Any]:
     return {"hostname": platform.node(), "cpu": cpu, "ncpu": os.cpu_count(),
             "machine": platform.machine(), "os": platform.platform(),
             "python": platform.python_version()}
-
-
-@functools.lru_cache(maxsize=None)
-def resolved_march(cc: str, march: str) -> str:
-    """What ``-march=<march>`` means to compiler ``cc`` here (``native`` -> ``znver3``, ...);
-    ``march`` itself when the compiler does not say."""
-    try:
-        out = subprocess.run([cc, f"-march={march}", "-Q", "--help=target"],
-                             capture_output=True, text=True, timeout=30, check=False).stdout
-        m = re.search(r"^\s*-march=\s+(\S+)", out, re.M)
-        if m:
-            return m.group(1)
-        out = subprocess.run([cc, f"-march={march}", "-###", "-x", "c", "-c", os.devnull],
-                             capture_output=True, text=True, timeout=30, check=False).stderr
-        m = re.search(r'"-target-cpu" "([^"]+)"', out)       # clang
-        return m.group(1) if m else march
-    except (OSError, subprocess.SubprocessError):
-        return march
 
 
 @functools.lru_cache(maxsize=None)
