@@ -4,6 +4,7 @@ import its own floor and the ones below it only."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,8 @@ def _target(path: Path, node: ast.ImportFrom) -> str | None:
     return names[0] if names else None
 
 
-def _violations() -> list[str]:
+@functools.cache
+def _violations() -> tuple[str, ...]:
     out = []
     paths = [p for pkg in FLOORS if (ROOT / pkg).is_dir() for p in (ROOT / pkg).rglob("*.py")]
     for path in sorted(paths):
@@ -35,7 +37,7 @@ def _violations() -> list[str]:
                 if tgt in FLOORS and FLOORS[tgt] > floor:
                     out.append(f"{rel}:{node.lineno} imports {tgt} (a floor above "
                                f"{rel.parts[0]})")
-    return out
+    return tuple(out)
 
 
 @pytest.mark.parametrize("floor", [f for f in FLOORS if f != "errors"])
