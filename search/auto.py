@@ -230,7 +230,8 @@ def _define_knobs(cfg, p: _Plan) -> None:
             gpu_rules.gpu_knobs(cfg, st.op, name, is_contraction(st.op) and id(st) not in p.epis)
         elif id(st) in p.plans:
             cpu.contraction_knobs(cfg, name, p.plans[id(st)], id(st) in p.epis)
-        elif cpu.simple_knobs(cfg, st.op, name, p.machine, lanes=id(st) not in p.per_row):
+        elif cpu.simple_knobs(cfg, st.op, name, p.machine, lanes=id(st) not in p.per_row,
+                              output=st.is_output):
             p.lanes.add(id(st))
     if p.threads:
         cfg.define_knob("parallel", p.threads)

@@ -9,7 +9,11 @@ defines, and how a config's choices become schedule primitives.
 - reductions rfactored over vector lanes where they run along contiguous memory;
 - everything else vectorized along its innermost loop (2-D tiles for transposes: the
   innermost loop by the one the transposed load reads along), its outer loops fused and
-  parallel.
+  parallel;
+- an elementwise float output larger than the last-level cache may write its rows with
+  streaming stores (knob ``<stage>.stream``, off first: ``auto_rules.may_stream``); the
+  streamed loop is the whole last axis (the stores go out in 1 KB chunks), so the knob
+  ``<stage>.width`` does not apply to it.
 
 Every rule takes ``par``: the kernel's knob ``parallel`` (a kernel too small to pay for an
 OpenMP region runs on one thread: its outer loops are then neither parallel nor fused, except
@@ -25,6 +29,7 @@ from .auto_rules import (
     extent,
     is_transposing,
     lanes_first,
+    may_stream,
     row_axis,
 )
 
@@ -210,7 +215,10 @@ def per_row(cfg, s, T, names: dict, producers: list, lanes: set, par: bool = Tru
     name = names[id(st)]
     if extent(axes[-1]) > 1 and cfg[f"{name}.vec"].val == "inner":
         w = cfg[f"{name}.width"].val
-        st.vectorize(st.split(axes[-1], factor=w)[1] if w < extent(axes[-1]) else axes[-1])
+        if _streams(cfg, st, name):
+            st.stream(axes[-1])
+        else:
+            st.vectorize(st.split(axes[-1], factor=w)[1] if w < extent(axes[-1]) else axes[-1])
     for p in producers:
         pname = names[id(p)]
         n = cfg[f"{pname}.lanes"].val if id(p) in lanes else 1
@@ -223,12 +231,21 @@ def per_row(cfg, s, T, names: dict, producers: list, lanes: set, par: bool = Tru
 
 # ---- any other stage ---------------------------------------------------------------------------
 
-def simple_knobs(cfg, op, name: str, machine: Machine, lanes: bool = True) -> bool:
-    """Knobs of a stage vectorized along its innermost loop, and of its lanes unless they
-    are defined already (``lanes=False``); returns whether it has lanes."""
+def _streams(cfg, st, name: str) -> bool:
+    """Does ``cfg`` choose streaming stores for stage ``st`` (where it has the knob)?"""
+    return may_stream(st.op, st.is_output) and cfg[f"{name}.stream"].val
+
+
+def simple_knobs(cfg, op, name: str, machine: Machine, lanes: bool = True,
+                 output: bool = False) -> bool:
+    """Knobs of a stage vectorized along its innermost loop (an ``output`` stage's streaming
+    stores among them), and of its lanes unless they are defined already (``lanes=False``);
+    returns whether it has lanes."""
     lanes = lanes and lanes_knob(cfg, op, name, machine)
     if not op.axis or extent(op.axis[-1]) == 1:
         return lanes
+    if may_stream(op, output):
+        cfg.define_knob(f"{name}.stream", [False, True])
     L = machine.lanes(op.output.dtype)
     e = extent(op.axis[-1])
     cfg.define_knob(f"{name}.vec", ["inner", "none"])
@@ -260,7 +277,9 @@ def vectorize_parallel(cfg, s, T, name: str, has_lanes: bool, par: bool = True) 
             fuse_parallel(st, axes)
         return
     w = cfg[f"{name}.width"].val
-    o, i = st.split(axes[-1], factor=w) if w < extent(axes[-1]) else (None, axes[-1])
+    stream = _streams(cfg, st, name)      # the whole row streamed: no width split
+    o, i = st.split(axes[-1], factor=w) if w < extent(axes[-1]) and not stream else \
+        (None, axes[-1])
     rows: list = []
     outer = axes[:-1]
     ax = row_axis(st.op)
@@ -269,6 +288,9 @@ def vectorize_parallel(cfg, s, T, name: str, has_lanes: bool, par: bool = True) 
         outer, rows = [yo if k == ax else a for k, a in enumerate(axes[:-1])], [yi]
     outer = outer + ([o] if o is not None else [])
     st.reorder(*outer, *rows, *red, i)            # lanes = independent outputs
-    st.vectorize(i)
+    if stream:
+        st.stream(i)
+    else:
+        st.vectorize(i)
     if outer and par:
         fuse_parallel(st, outer)

@@ -317,6 +317,20 @@ def readers_through_inlined(s, st) -> list:
     return out
 
 
+def may_stream(op, output: bool) -> bool:
+    """The streaming-store rule (knob ``<stage>.stream``, False first): an output stage,
+    elementwise (written once), float32/float64, vectorized along its contiguous last axis,
+    whose output is larger than the last-level cache (``Target.cache_bytes(3)``), so that its
+    lines would be evicted before anyone reads them: streaming stores save their
+    read-for-ownership (the destination's lines are not read before being written)."""
+    import numpy as np
+    if not output or op.reduce_axis or not op.axis or extent(op.axis[-1]) < 2 or \
+            op.output.dtype not in ("float32", "float64"):
+        return False
+    size = math.prod(extent(a) for a in op.axis) * np.dtype(op.output.dtype).itemsize
+    return size > Target.parse("c").cache_bytes(3)
+
+
 # ---- knob choices ----------------------------------------------------------------------------
 
 def choices(first, *rest, limit: int | None = None) -> list:

@@ -197,7 +197,7 @@ def _annotate(kind):
         leaves = st.leaf_iter_vars
         if kind == "unroll":
             prefer = [v for v in leaves if (_const(v.extent) or 99) <= MAX_UNROLL_EXTENT]
-        elif kind == "vectorize":
+        elif kind in ("vectorize", "stream"):
             prefer = leaves[-1:] if rng.random() < 0.7 else None
         else:
             spatial = [v for v in leaves if v.kind is IterKind.SPATIAL]
@@ -232,6 +232,7 @@ LOOP_PRIMITIVES = {  # name -> (weight, picker(s, stage, rng, bad) -> (text, thu
     "split": (3.0, _split), "tile": (2.0, _tile), "fuse": (2.0, _fuse),
     "reorder": (2.0, _reorder), "unroll": (1.0, _annotate("unroll")),
     "vectorize": (1.5, _annotate("vectorize")), "parallel": (1.0, _annotate("parallel")),
+    "stream": (0.8, _annotate("stream")),
     "compute_at": (3.0, _compute_at), "compute_inline": (1.5, _compute_inline),
     "compute_root": (0.3, _compute_root),
 }
