@@ -8,6 +8,9 @@ both stages vectorize along the row. The strip height comes from the L2 size
 thread gets strips. Indicative, one Zen 4 core (1 MiB L2, 62-row strips), 4096^2, CPU time:
 9.6 ms against 13.9 for the former 32 x 256 tiles with blur_x per tile and 10.3 with blur_x
 inlined (recomputed three times); the output is written once, input read about once.
+The output is written with streaming stores (``s[blur_y].stream(x)``) when it is larger than
+the last-level cache (:func:`streams_output`): 1.38x at 4096^2 (64 MiB, 32 MiB L3; 13.7 vs
+10.0 ms, A/B interleaved in one process, 2-core EPYC VM, loaded: directional only).
 """
 from __future__ import annotations
 
@@ -41,19 +44,31 @@ def strip_rows(H: int, W: int, dtype: str = "float32", target: str = "c") -> int
     return max(1, min(max(fit, 8), -(-H // threads)))
 
 
-def _strips(H, W, dtype, rows):
+def _strips(H, W, dtype, rows, stream=False):
     inp, by = algorithm(H, W, dtype)
     bx = by.op.inputs[0]
     s = lt.create_schedule(by)
     y, x = s[by].op.axis
     yo, _yi = s[by].split(y, factor=rows)
     s[by].parallel(yo)
-    s[by].vectorize(x)
+    if stream:     # non-temporal stores: the output is written once and not read back here
+        s[by].stream(x)
+    else:
+        s[by].vectorize(x)
     return s, inp, bx, by, yo
 
 
-def hand_schedule(H: int, W: int, dtype: str = "float32", target: str = "c"):
-    s, inp, bx, by, yo = _strips(H, W, dtype, strip_rows(H, W, dtype, target))
+def streams_output(H: int, W: int, dtype: str = "float32", target: str = "c") -> bool:
+    """Stream the output (non-temporal stores) when it is larger than the last-level cache:
+    it is evicted before anyone reads it, so its read-for-ownership is wasted traffic."""
+    return H * W * np.dtype(dtype).itemsize > lt.Target.parse(target).cache_bytes(3)
+
+
+def hand_schedule(H: int, W: int, dtype: str = "float32", target: str = "c",
+                  stream: bool | None = None):
+    """``stream``: streaming stores for the output (None: :func:`streams_output`)."""
+    stream = streams_output(H, W, dtype, target) if stream is None else stream
+    s, inp, bx, by, yo = _strips(H, W, dtype, strip_rows(H, W, dtype, target), stream)
     s[bx].compute_at(s[by], yo)
     s[bx].vectorize(s[bx].op.axis[1])
     return s, [inp, by]
@@ -62,25 +77,31 @@ def hand_schedule(H: int, W: int, dtype: str = "float32", target: str = "c"):
 @lt.template(NAME)
 def template(cfg, H: int, W: int, dtype: str = "float32"):
     """Where blur_x is computed (per strip of rows, per tile, inlined into blur_y, or whole at
-    root), the strip height (a factor of the L2-sized one) and the tile width (tiles only);
-    the fallback config (first value of each knob) is the hand schedule."""
+    root), the strip height (a factor of the L2-sized one), the tile width (tiles only) and
+    streaming stores for the output; the fallback config (first value of each knob) is the
+    hand schedule."""
     cfg.define_knob("blur_x_at", ["strip", "tile", "inline", "root"])
     cfg.define_knob("rows_scale", [1, 0.5, 2, 0.25])
     cfg.define_knob("tile_x", [256, 64, 512])
+    hand_stream = streams_output(H, W, dtype)
+    cfg.define_knob("stream", [hand_stream, not hand_stream])
     rows = max(1, int(strip_rows(H, W, dtype) * cfg["rows_scale"].val))
-    where = cfg["blur_x_at"].val
+    where, stream = cfg["blur_x_at"].val, cfg["stream"].val
     if where == "tile":
         inp, by = algorithm(H, W, dtype)
         bx = by.op.inputs[0]
         s = lt.create_schedule(by)
         y, x = s[by].op.axis
         yo, xo, _yi, xi = s[by].tile(y, x, rows, cfg["tile_x"].val)
-        s[by].vectorize(xi)
+        if stream:
+            s[by].stream(xi)
+        else:
+            s[by].vectorize(xi)
         s[by].parallel(yo)
         s[bx].compute_at(s[by], xo)
         s[bx].vectorize(s[bx].op.axis[1])
         return s, [inp, by]
-    s, inp, bx, by, yo = _strips(H, W, dtype, rows)
+    s, inp, bx, by, yo = _strips(H, W, dtype, rows, stream)
     if where == "inline":
         s[bx].compute_inline()
     else:
