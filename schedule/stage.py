@@ -213,7 +213,16 @@ class Stage:
         target computes chunks of up to 1 KB into an aligned tile and streams each
         (``_mm512_stream_ps``/AVX/SSE2, a plain copy elsewhere), fencing at the end of each
         parallel iteration and of the function; loops with guards (tails) are plain SIMD
-        loops. OpenCL emits a plain loop. Stream a long loop (hundreds of elements)."""
+        loops. OpenCL emits a plain loop. Stream a long loop (hundreds of elements).
+
+        ``for y: for x in 0..W: B[y, x] = f(y, x)`` -> ``for y: for x in 0..W streamed:
+        B[y, x] = f(y, x)``; in C, per chunk of 256 (float32): ``tile[x - c] = f(y, x)`` in
+        a SIMD loop, then ``lt_stream_f32(&B[y, c], tile, n)``.
+
+        Raises ``ScheduleError`` (naming the stage and loop) for a loop that is not the
+        innermost, a reduction loop or stage, an inlined stage, another dtype, a loop already
+        annotated; lowering, for a loop no longer innermost, a stage attached inside it or a
+        store not contiguous in it."""
         self._annotate(Annot.STREAM, loop)
 
     def bind(self, loop: IterVar, tag: str) -> None:
