@@ -50,7 +50,8 @@ N_LOADS = 2         # loaded buffers described per statement (besides the stored
 N_STMTS = 3         # statements described (most work first)
 
 _KIND_CODE = {ForKind.SERIAL: 0, ForKind.PARALLEL: 1, ForKind.VECTORIZED: 2,
-              ForKind.UNROLLED: 3, ForKind.THREAD: 1}
+              ForKind.UNROLLED: 3, ForKind.THREAD: 1, ForKind.STREAMED: 4}
+_VECTOR_KINDS = (ForKind.VECTORIZED, ForKind.STREAMED)   # a streamed loop runs in SIMD lanes
 _STMT_NAMES = ["n_loops", "iters", "copies", "work_flops", "fops", "iops", "calls", "vec_len",
                "vec_innermost", "par_extent", "par_depth", "work_per_par_iter", "unroll_left",
                "guards", "accumulate", "alloc_live", "store_local"]
@@ -294,7 +295,7 @@ def _access_row(buf: Buffer, indices: Sequence[Expr], st: _Stmt) -> list[float]:
     item = dt.itemsize(buf.dtype)
     loops = st.loops
     inner = loops[-1][0] if loops else None
-    vec = next((v for v, _, kind in reversed(loops) if kind is ForKind.VECTORIZED), None)
+    vec = next((v for v, _, kind in reversed(loops) if kind in _VECTOR_KINDS), None)
 
     def stride(var) -> float:
         return abs(sum(c.get(var, 0.0) * rs for c, rs in zip(coefs, rowstride)))
@@ -341,7 +342,7 @@ def _stmt_row(st: _Stmt) -> list[float]:
         if kind is ForKind.PARALLEL or kind is ForKind.THREAD:
             par *= ext
             par_depth = depth if par_depth < 0 else par_depth
-        elif kind is ForKind.VECTORIZED:
+        elif kind in _VECTOR_KINDS:
             vec_len = ext
             vec_inner = float(depth == len(loops) - 1)
         elif kind is ForKind.UNROLLED:
@@ -392,7 +393,7 @@ def loop_nest_features(func) -> np.ndarray:
     par = sum(f for f, g in zip(flops, groups)
               if any(k in (ForKind.PARALLEL, ForKind.THREAD) for _, _, k in g.loops))
     vecd = sum(f for f, g in zip(flops, groups)
-               if any(k is ForKind.VECTORIZED for _, _, k in g.loops))
+               if any(k in _VECTOR_KINDS for _, _, k in g.loops))
     n_par = len({v.uid for g in groups for v, _, k in g.loops if k is ForKind.PARALLEL})
     vec += [_log(total), float(w.n_stores), float(len(groups)), _log(sum(w.allocs)),
             _log(max(w.allocs, default=0)), par / total if total else 0.0,

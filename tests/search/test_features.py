@@ -190,3 +190,23 @@ def test_features_without_ir_unrolling_match_the_unrolled_nest():
         assert not diff, (n_, m_, k_, where, diff)
         raw = _raw(fast)
         assert max(raw[f"s{k}.copies"] for k in range(3)) > 1   # unrolled copies counted
+
+
+def test_a_streamed_loop_is_a_simd_loop_with_its_own_kind_code():
+    """Every loop kind has a code; a streamed innermost loop counts as the vector loop (its
+    length, innermost) and differs from a vectorized one only in the loop's kind code."""
+    from looptune.schedule.stmt import ForKind
+    from looptune.search.features import _KIND_CODE
+    assert set(_KIND_CODE) == set(ForKind)
+    A = lt.placeholder((6, 32), "float32", name="A")
+    B = lt.compute((6, 32), lambda i, j: A[i, j] * 2.0, name="B")
+    feats = []
+    for how in ("vectorize", "stream"):
+        s = lt.create_schedule(B)
+        getattr(s[B], how)(s[B].op.axis[1])
+        feats.append(_raw(loop_nest_features(lt.lower(s, [A, B]))))
+    vec, streamed = feats
+    assert streamed["s0.vec_len"] == vec["s0.vec_len"] == 32
+    assert streamed["s0.vec_innermost"] == vec["s0.vec_innermost"] == 1
+    differ = {k for k in vec if vec[k] != streamed[k]}
+    assert differ and all(k.endswith(".kind") for k in differ), differ
