@@ -49,14 +49,6 @@ class Split(Step):
         object.__setattr__(self, "factor", None if self.factor is None else _size(self.factor))
         object.__setattr__(self, "nparts", None if self.nparts is None else _size(self.nparts))
 
-    @property
-    def args(self) -> tuple:
-        return (self.loop, self.factor, self.nparts)
-
-    @classmethod
-    def from_args(cls, primitive, stage, args):
-        return cls(stage, *unpack(primitive, stage, args, 3))
-
     def validate(self, s: Schedule) -> None:
         st = s.stage(self.stage)
         p = st.loop(self.loop)
@@ -282,14 +274,6 @@ class Bind(Step):
 
     PRIMITIVES = ("bind",)
 
-    @property
-    def args(self) -> tuple:
-        return (self.loop, self.tag)
-
-    @classmethod
-    def from_args(cls, primitive, stage, args):
-        return cls(stage, *unpack(primitive, stage, args, 2))
-
     def validate(self, s: Schedule) -> None:
         st = s.stage(self.stage)
         prim = f"bind({self.loop})"
@@ -333,14 +317,6 @@ class ComputeAt(Step):
 
     PRIMITIVES = ("compute_at",)
 
-    @property
-    def args(self) -> tuple:
-        return (self.parent, self.loop)
-
-    @classmethod
-    def from_args(cls, primitive, stage, args):
-        return cls(stage, *unpack(primitive, stage, args, 2))
-
     def validate(self, s: Schedule) -> None:
         st = s.stage(self.stage)
         prim = f"compute_at({self.parent}, {self.loop})"
@@ -368,15 +344,6 @@ class ComputeInline(Step):
 
     PRIMITIVES = ("compute_inline",)
 
-    @property
-    def args(self) -> tuple:
-        return ()
-
-    @classmethod
-    def from_args(cls, primitive, stage, args):
-        unpack(primitive, stage, args, 0)
-        return cls(stage)
-
     def validate(self, s: Schedule) -> None:
         st = s.stage(self.stage)
         _check_not_output(st, "compute_inline()")
@@ -401,15 +368,6 @@ class ComputeRoot(Step):
     """``s[P].compute_root()``."""
 
     PRIMITIVES = ("compute_root",)
-
-    @property
-    def args(self) -> tuple:
-        return ()
-
-    @classmethod
-    def from_args(cls, primitive, stage, args):
-        unpack(primitive, stage, args, 0)
-        return cls(stage)
 
     def validate(self, s: Schedule) -> None:
         s.stage(self.stage)

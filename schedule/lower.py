@@ -21,7 +21,7 @@ from ..errors import ScheduleError
 from ..lang.expr import BinKind, BinOp, BufferLoad, Const, Expr, IterKind, IterVar, Var
 from ..lang.printer import expr_str
 from ..lang.simplify import _linear, simplify, upper_bound
-from ..lang.tensor import ComputeOp, PlaceholderOp, Tensor
+from ..lang.tensor import ComputeOp, Tensor
 from ..lang.visitor import ExprMutator, collect_loads, collect_vars, substitute
 from .bound import LoopNest, interval, loop_nest, relax_leaves, root_intervals, union_region
 from .schedule import Schedule

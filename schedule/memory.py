@@ -77,14 +77,6 @@ class CacheWrite(Step):
 
     PRIMITIVES = ("cache_write",)
 
-    @property
-    def args(self) -> tuple:
-        return (self.scope,)
-
-    @classmethod
-    def from_args(cls, primitive, stage, args):
-        return cls(stage, *unpack(primitive, stage, args, 1))
-
     def validate(self, s: Schedule) -> None:
         st = s.stage(self.stage)
         prim = f"cache_write({st.tensor.name}, {self.scope!r})"
@@ -215,14 +207,6 @@ class RFactor(Step):
     loop: str
 
     PRIMITIVES = ("rfactor",)
-
-    @property
-    def args(self) -> tuple:
-        return (self.loop,)
-
-    @classmethod
-    def from_args(cls, primitive, stage, args):
-        return cls(stage, *unpack(primitive, stage, args, 1))
 
     def validate(self, s: Schedule) -> None:
         st = s.stage(self.stage)

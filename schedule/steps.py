@@ -14,15 +14,16 @@ given, build a step and run it with :meth:`Schedule.apply_step` (validate, apply
 ``s.steps``); :func:`replay` does the same for each recorded step, so the steps are the one
 source of truth: a schedule is what folding its steps onto a fresh schedule gives.
 
-Adding a primitive: a step class here (or beside its mechanism, as ``memory.py`` does) with
-``PRIMITIVES``, ``args``, ``from_args``, ``validate``, ``apply`` and ``__str__``, and the
-public method that builds it. Defining the class registers it for ``loads``.
+Adding a primitive: a step class (in ``loop_steps.py``, or beside its mechanism as
+``memory.py`` does) with its fields, ``PRIMITIVES``, ``validate``, ``apply`` and ``__str__``
+(``args``/``from_args`` default to the fields after ``stage``), and the public method that
+builds it. Defining the class registers it for ``loads``.
 """
 from __future__ import annotations
 
 import json
 import keyword
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import ScheduleError
@@ -53,12 +54,14 @@ class Step:
 
     @property
     def args(self) -> tuple:
-        """The JSON arguments: loop and stage names, ints and strings."""
-        raise NotImplementedError(type(self).__name__)
+        """The JSON arguments: loop and stage names, ints and strings. By default the
+        fields after ``stage``, in order (override for a variadic or derived record)."""
+        return tuple(getattr(self, f.name) for f in fields(self)[1:])
 
     @classmethod
     def from_args(cls, primitive: str, stage: str, args: tuple) -> Step:
-        raise NotImplementedError(cls.__name__)
+        """The step of a JSON record's arguments; by default one per field after ``stage``."""
+        return cls(stage, *unpack(primitive, stage, args, len(fields(cls)) - 1))
 
     def validate(self, s: Schedule) -> None:
         """Raise the primitive's ``ScheduleError`` if it cannot apply to ``s``; never change
