@@ -142,6 +142,8 @@ class GBTTuner(Tuner):
     ``tuner.options``.
     """
 
+    OPTIONS = GBTOptions      # the keyword options it takes (make_tuner checks them)
+
     def __init__(self, task: Task, seed: int | None = None, *,
                  options: GBTOptions | None = None, **kwargs):
         super().__init__(task, seed)

@@ -7,6 +7,7 @@ takes a tuner by name (the CLI, ``auto_schedule``, ``lt.graph.tune``) looks it u
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Sequence
 from typing import Any
@@ -79,7 +80,7 @@ def make_tuner(tuner: str | type[Tuner], task: Task, seed: int | None = None,
     ``sampler``, ``storage``, ``study_name``); a tuner that takes no such option is refused."""
     cls = tuner_class(tuner)
     name = next((n for n, c in TUNERS.items() if c is cls), cls.__name__)
-    accepted = inspect.signature(cls).parameters
+    accepted = _options_of(cls)
     if transfer_logs:
         if "transfer_logs" not in accepted:
             raise LooptuneError(f"transfer logs warm-start the cost model of the gbt tuner; "
@@ -87,7 +88,17 @@ def make_tuner(tuner: str | type[Tuner], task: Task, seed: int | None = None,
                                 "logs")
         options["transfer_logs"] = transfer_logs
     unknown = sorted(set(options) - set(accepted))
-    if unknown and not any(p.kind is p.VAR_KEYWORD for p in accepted.values()):
+    if unknown:
         raise LooptuneError(f"tuner {name!r} takes no option {', '.join(unknown)}; its options "
-                            f"are {', '.join(p for p in accepted if p != 'task')}")
+                            f"are {', '.join(accepted)}")
     return cls(task, seed=seed, **options)
+
+
+def _options_of(cls: type[Tuner]) -> list[str]:
+    """The keyword options a tuner class takes, in order: its ``OPTIONS`` dataclass's fields
+    (GBTTuner, whose constructor takes ``**kwargs``), else its constructor's parameters."""
+    if dataclasses.is_dataclass(getattr(cls, "OPTIONS", None)):
+        return ["options", *(f.name for f in dataclasses.fields(cls.OPTIONS))]
+    params = inspect.signature(cls).parameters
+    return [n for n, p in params.items() if n not in ("self", "task")
+            and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]

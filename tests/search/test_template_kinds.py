@@ -208,3 +208,11 @@ def test_tuner_options_are_checked_against_the_tuner():
                        r"are n_chains, t0, t1, n_trial_hint, seed"):
         make_tuner("sa", task, sampler="tpe")
     assert make_tuner("ga", task, seed=1, pop_size=4).pop_size == 4
+    # GBTTuner takes its options as **kwargs: make_tuner reads them off GBTOptions, so the
+    # gbt tuner accepts transfer logs and its options, and still refuses an unknown one
+    with pytest.raises(LooptuneError, match=r"tuning log x.jsonl does not exist"):
+        make_tuner("gbt", task, seed=1, transfer_logs=["x.jsonl"])   # reached the tuner
+    assert make_tuner("gbt", task, seed=1, n_init=4).options.n_init == 4
+    with pytest.raises(LooptuneError, match=r"tuner 'gbt' takes no option pop_size; its "
+                       r"options are options, .*transfer_logs"):
+        make_tuner("gbt", task, pop_size=4)
