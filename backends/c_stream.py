@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from ..errors import BuildError
 from ..lang import dtype as dt
 from ..lang.expr import Expr, Var
-from ..lang.simplify import _linear, simplify, upper_bound
+from ..lang.simplify import linear_terms, simplify, upper_bound
 from ..lang.visitor import collect_vars, substitute
 from ..schedule.stmt import For, Store
 
@@ -50,7 +50,7 @@ def check_contiguous(s: For) -> None:
     """The store of streamed loop ``s`` steps its last index by 1 and no other index."""
     st = s.body
     *outer, last = st.indices
-    terms, _ = _linear(simplify(last))
+    terms, _ = linear_terms(simplify(last))
     rest = [t for t in terms if t != s.var]
     if terms.get(s.var) != 1 or any(s.var in collect_vars(t) for t in rest) or \
             any(s.var in collect_vars(i) for i in outer):

@@ -51,7 +51,7 @@ from ..search.callbacks import LogToFile
 from ..search.log import load_records
 from ..search.measure import MeasureOption, Measurer, MeasureResult
 from ..search.task import Task
-from ..search.tuner import Tuner, TuningError, _StopOnSigint
+from ..search.tuner import Tuner, TuningError, StopOnSigint
 from ..search.tuners import make_tuner, tuner_class
 from .task_scheduler import Pick, TaskScheduler
 
@@ -375,7 +375,7 @@ class _Run:
         self.trials, self.seconds, self.round_trials = trials, seconds, round_trials
         self.path, self.stream, self.name = path, stream, name
         self.callbacks = [LogToFile(path)] if path else []
-        self.guard = _StopOnSigint()
+        self.guard = StopOnSigint()
         self.t0 = time.monotonic()
         self.rounds = 0
         self.stopped = ""

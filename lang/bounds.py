@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from ..errors import LangError
 from .expr import BinKind, BinOp, Cast, Const, Expr, IterVar, Load, Not, Reduce, Select, Var
-from .simplify import _linear, simplify
+from .simplify import linear_terms, simplify
 from .visitor import ExprVisitor, collect_loads
 
 Range = tuple  # (lo Expr, hi Expr), inclusive
@@ -109,7 +109,7 @@ def exact_range(e: Expr, env: Env) -> Range | None:
 
 def _range(e: Expr, env: Env):
     """(lo, hi, axes used) or None."""
-    terms, c = _linear(e)
+    terms, c = linear_terms(e)
     lo: Expr = Const(c, "int32")
     hi: Expr = Const(c, "int32")
     used: set = set()
@@ -176,7 +176,7 @@ def _narrow_one(env: Env, c: Expr) -> bool:
     if not (isinstance(c, BinOp) and c.op in (BinKind.LT, BinKind.LE, BinKind.EQ)) or \
             not c.a.dtype.startswith(("int", "uint")) or collect_loads(c):
         return False
-    terms, k0 = _linear(simplify(c.a - c.b))
+    terms, k0 = linear_terms(simplify(c.a - c.b))
     axes = [t for t in terms if t in env and terms[t] != 0]
     if len(axes) != 1 or any(not isinstance(t, Var) for t in terms if terms[t] != 0):
         return False

@@ -152,13 +152,13 @@ def _fold(op: BinKind, a: Const, b: Const) -> Expr | None:
 
 # ---- affine canonical form -----------------------------------------------------------------
 
-def _linear(e: Expr) -> tuple[dict[Expr, int], int]:
+def linear_terms(e: Expr) -> tuple[dict[Expr, int], int]:
     """``e`` as ({term: coefficient}, constant)."""
     if isinstance(e, Const):
         return {}, int(e.value)
     if isinstance(e, BinOp) and e.op in (BinKind.ADD, BinKind.SUB):
-        ta, ca = _linear(e.a)
-        tb, cb = _linear(e.b)
+        ta, ca = linear_terms(e.a)
+        tb, cb = linear_terms(e.b)
         s = 1 if e.op is BinKind.ADD else -1
         out = dict(ta)
         for t, k in tb.items():
@@ -167,7 +167,7 @@ def _linear(e: Expr) -> tuple[dict[Expr, int], int]:
     if isinstance(e, BinOp) and e.op is BinKind.MUL:
         for x, y in ((e.a, e.b), (e.b, e.a)):
             if isinstance(y, Const):
-                t, c = _linear(x)
+                t, c = linear_terms(x)
                 return {k: v * y.value for k, v in t.items()}, c * y.value
     return {e: 1}, 0
 
@@ -181,7 +181,7 @@ def _merge_divmod(terms: dict[Expr, int]) -> tuple[dict[Expr, int], int]:
         q = BinOp(BinKind.FLOORDIV, t.a, t.b)
         if t in terms and k != 0 and terms.get(q, 0) == k * t.b.value:
             del terms[q], terms[t]
-            xt, xc = _linear(t.a)
+            xt, xc = linear_terms(t.a)
             for u, v in xt.items():
                 terms[u] = terms.get(u, 0) + k * v
             extra += k * xc
@@ -249,7 +249,7 @@ def _fold_constants(s: Simplifier, op: BinKind, a: Expr, b: Expr) -> Expr | None
 def _affine(s: Simplifier, op: BinKind, a: Expr, b: Expr) -> Expr | None:
     """index a + b, a - b, a * b -> the canonical affine form (io*32 + ii - io*32 -> ii)."""
     if _both_index(a, b):
-        t, c = _linear(BinOp(op, a, b))
+        t, c = linear_terms(BinOp(op, a, b))
         return _build(t, c, a.dtype)
     return None
 
@@ -390,14 +390,14 @@ class Simplifier(ExprMutator):
         if c == 1:
             return a if op is BinKind.FLOORDIV else Const(0, d)  # x // 1 -> x ; x % 1 -> 0
         # (c*k*t + r) // c -> k*t + r // c ; (c*k*t + r) % c -> r % c
-        terms, const = _linear(a)
+        terms, const = linear_terms(a)
         quot = {t: k // c for t, k in terms.items() if k % c == 0}
         rest_terms = {t: k for t, k in terms.items() if k % c != 0}
         quot_const, rest_const = divmod(const, c)
         rest = _build(rest_terms, rest_const, d)
         if op is BinKind.FLOORMOD:
             return self._mod(rest, c)
-        qt, qc = _linear(self._div(rest, c))
+        qt, qc = linear_terms(self._div(rest, c))
         for t, k in qt.items():
             quot[t] = quot.get(t, 0) + k
         return _build(quot, quot_const + qc, d)

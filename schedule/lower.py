@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from ..errors import ScheduleError
 from ..lang.expr import BinKind, BinOp, BufferLoad, Const, Expr, IterKind, IterVar, Var
 from ..lang.printer import expr_str
-from ..lang.simplify import _linear, simplify, upper_bound
+from ..lang.simplify import linear_terms, simplify, upper_bound
 from ..lang.tensor import ComputeOp, Tensor
 from ..lang.visitor import ExprMutator, collect_loads, collect_vars, substitute
 from .bound import LoopNest, interval, loop_nest, relax_leaves, root_intervals, union_region
@@ -372,7 +372,7 @@ class _Lowering:
         """``v + rest < 0`` (v the innermost loop) as the bound ``-rest`` of v, else None."""
         if not (isinstance(g, BinOp) and g.op is BinKind.LT):
             return None
-        terms, const = _linear(simplify(g.a - g.b))
+        terms, const = linear_terms(simplify(g.a - g.b))
         if terms.get(leaf.var) != 1:
             return None
         rest = {t: k for t, k in terms.items() if t != leaf.var}
@@ -423,7 +423,7 @@ class _Lowering:
                                     "loop (the streamed loop's body is the one store)")
             assert isinstance(core, Store), "stream() refuses reductions"
             *outer, last = core.indices
-            terms, _ = _linear(simplify(last))
+            terms, _ = linear_terms(simplify(last))
             rest = [t for t in terms if t != leaf.var]
             if terms.get(leaf.var) != 1 or any(leaf.var in collect_vars(t) for t in rest) or \
                     any(leaf.var in collect_vars(i) for i in outer):

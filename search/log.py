@@ -497,7 +497,7 @@ class ApplyHistoryBest(DispatchContext):
         for rec, cfg in iter_best(self.records[key], task, self.any_host,
                                   "apply_history_best"):
             self.applied.append((key, cfg))
-            fresh = ConfigEntity(cfg.index, cfg._entities, task.config_space)
+            fresh = cfg.fresh(task.config_space)
             self._expect[id(fresh)] = rec
             return fresh
         return None

@@ -41,7 +41,7 @@ def canonical(task, config: ConfigEntity) -> tuple[ConfigEntity, str | None]:
     same knobs up to the refusal), None when the template fails otherwise (the measurement
     will record it)."""
     space = task.config_space
-    cfg = ConfigEntity(config.index, config._entities, space)
+    cfg = config.fresh(space)
     try:
         s, tensors = task._call(cfg)
     except LooptuneError:

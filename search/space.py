@@ -222,6 +222,11 @@ class ConfigEntity(_Config):
         self.used.add(name)
         return self._entities[name]
 
+    def fresh(self, space: ConfigSpace | None = None) -> ConfigEntity:
+        """The same knob values as a new config of ``space`` (default: this one's), with
+        nothing yet defined or used: what a template instantiation records its reads in."""
+        return ConfigEntity(self.index, self._entities, self.space if space is None else space)
+
     def knob_values(self) -> dict[str, Any]:
         """Each knob's value as JSON data."""
         return {n: e.to_json() for n, e in self._entities.items()}

@@ -71,7 +71,7 @@ class Task:
             return self._call(FallbackConfig())
         if not isinstance(config, ConfigEntity):
             config = self.config_space.get(config)
-        cfg = ConfigEntity(config.index, config._entities, self.config_space)
+        cfg = config.fresh(self.config_space)
         out = self._call(cfg)
         missing = set(self.config_space.knobs) - cfg.defined
         if missing:

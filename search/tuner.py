@@ -53,14 +53,14 @@ class TuningError(LooptuneError):
         self.kinds = kinds
 
 
-class _StopOnSigint:
+class StopOnSigint:
     """The first Ctrl-C asks the loop to stop after the batch in flight; the second aborts."""
 
     def __init__(self):
         self.stopped = False
         self._old = None
 
-    def __enter__(self) -> _StopOnSigint:
+    def __enter__(self) -> StopOnSigint:
         if threading.current_thread() is threading.main_thread():
             self._old = signal.signal(signal.SIGINT, self._handler)
         return self
@@ -178,7 +178,7 @@ class Tuner:
         if resume:
             self._resume(resume, callbacks)
         first = len(self.history)
-        guard = _StopOnSigint()
+        guard = StopOnSigint()
         deadline = None if seconds is None else time.monotonic() + seconds
         with guard, self.make_measurer(opt) as measurer:
             if self.best is not None and hasattr(measurer, "best_cost"):
@@ -199,7 +199,7 @@ class Tuner:
         return self._outcome(self.history[first:])
 
     def _loop(self, measurer, n_trial: int | None, opt: MeasureOption, callbacks: list,
-              early_stopping: int | None, guard: _StopOnSigint, deadline: float | None) -> None:
+              early_stopping: int | None, guard: StopOnSigint, deadline: float | None) -> None:
         t0 = time.monotonic()
         while (n_trial is None or self.trials < n_trial) and not guard.stopped:
             if deadline is not None and time.monotonic() >= deadline:

@@ -53,3 +53,19 @@ def test_the_check_sees_a_lazy_upward_import():
     assert _target(ROOT / "backends" / "x.py", node) == "search"
     node = ast.parse("from . import march").body[0]
     assert _target(ROOT / "backends" / "export.py", node) == "backends"
+
+
+def test_no_module_imports_another_packages_private_names():
+    """A name with a leading underscore stays inside its package (search/'s own rule, that
+    no module imports another's private names, is tests/search/test_layering.py)."""
+    bad = []
+    for pkg in (p for p in FLOORS if (ROOT / p).is_dir()):
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(node, ast.ImportFrom) or _target(path, node) in (None, pkg):
+                    continue
+                private = [a.name for a in node.names if a.name.startswith("_")
+                           and not a.name.startswith("__")]
+                if private:
+                    bad.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {private}")
+    assert not bad, "\n".join(bad)

@@ -10,7 +10,7 @@ from looptune.graph import Graph
 from looptune.graph.fusion.prepack import prepack_weights
 
 
-def _linear(rng, shared=False, trans_a=False):
+def linear_terms(rng, shared=False, trans_a=False):
     g = Graph("linear")
     x = g.input("x", (5, 13))
     w = g.const(rng.standard_normal((11, 13)).astype("float32"), name="w")
@@ -33,7 +33,7 @@ def _agree(model, g, rng):
 
 
 def test_gemm_with_a_constant_b_read_transposed_gets_it_transposed(rng):
-    g = _linear(rng)
+    g = linear_terms(rng)
     p = prepack_weights(g)
     fc = next(n for n in p.nodes if n.op_type == "Gemm")
     assert fc.attr("transB") == 0 and fc.inputs[1] == "w_t"
@@ -46,7 +46,7 @@ def test_gemm_with_a_constant_b_read_transposed_gets_it_transposed(rng):
 
 @pytest.mark.slow
 def test_a_weight_read_elsewhere_is_kept_and_trans_a_is_packed_too(rng):
-    g = _linear(rng, shared=True, trans_a=True)
+    g = linear_terms(rng, shared=True, trans_a=True)
     p = prepack_weights(g)
     assert {"w", "w_t", "a_t"} <= set(p.consts) and "a" not in p.consts
     fa = next(n for n in p.nodes if n.name == "fa")
@@ -60,7 +60,7 @@ def test_nothing_to_pack_leaves_the_graph_and_optimize_false_skips_it(rng):
     y = g.input("y", (5, 6))
     g.output(g.op("Gemm", x, y, transB=1))           # B computed at run time: as it is
     assert prepack_weights(g) is g
-    g2 = _linear(rng)
+    g2 = linear_terms(rng)
     model = lt.graph.compile(g2, optimize=False)
     assert model.graph is g2 and "w" in model.weights
     _agree(model, g2, rng)
