@@ -88,12 +88,10 @@ class Split(Step):
 
 
 @dataclass(frozen=True, slots=True)
-class Fuse(Step):
-    """``s[C].fuse(i, j, ...)``: adjacent loops, outer first (two or more)."""
+class _LoopsStep(Step):
+    """A step over any number of loops; its JSON arguments are the loop names."""
 
     loops: tuple[str, ...]
-
-    PRIMITIVES = ("fuse",)
 
     @property
     def args(self) -> tuple:
@@ -102,6 +100,13 @@ class Fuse(Step):
     @classmethod
     def from_args(cls, primitive, stage, args):
         return cls(stage, tuple(args))
+
+
+@dataclass(frozen=True, slots=True)
+class Fuse(_LoopsStep):
+    """``s[C].fuse(i, j, ...)``: adjacent loops, outer first (two or more)."""
+
+    PRIMITIVES = ("fuse",)
 
     def validate(self, s: Schedule) -> None:
         st = s.stage(self.stage)
@@ -148,20 +153,10 @@ class Fuse(Step):
 
 
 @dataclass(frozen=True, slots=True)
-class Reorder(Step):
+class Reorder(_LoopsStep):
     """``s[C].reorder(k, i)``: these loops, in this order, in the places they hold now."""
 
-    loops: tuple[str, ...]
-
     PRIMITIVES = ("reorder",)
-
-    @property
-    def args(self) -> tuple:
-        return self.loops
-
-    @classmethod
-    def from_args(cls, primitive, stage, args):
-        return cls(stage, tuple(args))
 
     def validate(self, s: Schedule) -> None:
         st = s.stage(self.stage)

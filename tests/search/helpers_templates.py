@@ -28,9 +28,10 @@ def matmul_tensors(N: int, M: int, K: int, dtype: str = "float32", plus: float =
     return A, B, C
 
 
-@template("test_matmul")
-def tmatmul(cfg, N, M, K, dtype="float32"):
-    """Tile i, j, k; order the inner loops; vectorize the innermost; maybe parallel."""
+def tiled_matmul(cfg, N, M, K, dtype="float32"):
+    """The tiling both test matmul templates share: split i, j (power-of-two) and k in two,
+    order the inner loops (a knob), j's inner loop innermost. Returns (s, [A, B, C], io, ji,
+    ki)."""
     A, B, C = matmul_tensors(N, M, K, dtype)
     s = lt.create_schedule(C)
     i, j = s[C].op.axis
@@ -44,6 +45,13 @@ def tmatmul(cfg, N, M, K, dtype="float32"):
     cfg.define_reorder("order", [ko, ii, ki], policy="all")
     inner = cfg["order"].apply(s, C, [ko, ii, ki])
     s[C].reorder(io, jo, *inner, ji)
+    return s, [A, B, C], io, ji, ki
+
+
+@template("test_matmul")
+def tmatmul(cfg, N, M, K, dtype="float32"):
+    """Tile i, j, k; order the inner loops; vectorize the innermost; maybe parallel."""
+    s, (A, B, C), io, ji, _ = tiled_matmul(cfg, N, M, K, dtype)
     cfg.define_annotate("ann", [ji], policy="try_vec")
     cfg["ann"].apply(s, C, [ji])
     cfg.define_knob("parallel", [False, True])

@@ -11,7 +11,7 @@ import time
 import looptune as lt
 import numpy as np
 import pytest
-from helpers_templates import matmul_tensors
+from helpers_templates import tiled_matmul
 from looptune.search import MeasureResult, RandomTuner, create_task, template
 from looptune.search.cost_model import GBTModel, KnobFeatures, Scorer
 from looptune.search.gbt_tuner import GBTTuner
@@ -22,19 +22,7 @@ from looptune.search.space import ConfigSpace
 @template("test_gbt_holes")
 def holes(cfg, N, M, K):
     """A tiled matmul; ``vec="k"`` vectorizes the reduction loop: an invalid schedule."""
-    A, B, C = matmul_tensors(N, M, K)
-    s = lt.create_schedule(C)
-    i, j = s[C].op.axis
-    (k,) = s[C].op.reduce_axis
-    cfg.define_split("tile_i", i, num_outputs=2)
-    cfg.define_split("tile_j", j, num_outputs=2, policy="power2")
-    cfg.define_split("tile_k", k, num_outputs=2)
-    io, ii = cfg["tile_i"].apply(s, C, i)
-    jo, ji = cfg["tile_j"].apply(s, C, j)
-    ko, ki = cfg["tile_k"].apply(s, C, k)
-    cfg.define_reorder("order", [ko, ii, ki], policy="all")
-    inner = cfg["order"].apply(s, C, [ko, ii, ki])
-    s[C].reorder(io, jo, *inner, ji)
+    s, (A, B, C), io, ji, ki = tiled_matmul(cfg, N, M, K)
     cfg.define_knob("vec", ["none", "j", "k"])
     cfg.define_knob("parallel", [False, True])
     if cfg["vec"].val == "j":
