@@ -55,6 +55,7 @@ the order in which their trials reach the storage, which no seed controls.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import logging
 import os
 import socket
@@ -66,7 +67,8 @@ from typing import Any
 from ..errors import LooptuneError
 from .measure import MeasureResult
 from .optuna_params import KnobParam, knob_params
-from .optuna_storage import Heartbeat, StorageError, make_storage, storage_errors
+from .optuna_storage import (GRACE_FACTOR, Heartbeat, StorageError, make_storage,
+                             storage_errors)
 from .space import ConfigEntity
 from .task import Task
 from .tuner import Tuner
@@ -255,6 +257,19 @@ class OptunaTuner(Tuner):
                 dups += 1
         return out
 
+    def _fail_abandoned(self) -> None:
+        """Fail the running trials a worker abandoned between ``ask()`` and its first
+        heartbeat (killed in that instant): optuna never finds them stale, having no heartbeat
+        to judge by. A live worker sets a trial's ``index`` within milliseconds of asking, so a
+        running trial without one, started longer than the grace period ago, was abandoned."""
+        TS = self._optuna.trial.TrialState
+        grace = datetime.timedelta(seconds=GRACE_FACTOR * self._heartbeat.interval)
+        now = datetime.datetime.now()          # optuna stores naive local start times
+        for t in self.study.get_trials(deepcopy=False, states=(TS.RUNNING,)):
+            if "index" not in t.user_attrs and t.datetime_start is not None \
+                    and now - t.datetime_start > grace:
+                self.study.tell(t.number, state=TS.FAIL, skip_if_finished=True)
+
     def _sync(self) -> None:
         """Take in the trials other workers measured or are measuring (their configs count as
         visited here). Trials seen running are looked at again on every sync: their config
@@ -262,6 +277,7 @@ class OptunaTuner(Tuner):
         trials of dead workers are failed first (their configs become free again)."""
         if self._heartbeat is not None:
             self._optuna.storages.fail_stale_trials(self.study)
+            self._fail_abandoned()
         TS = self._optuna.trial.TrialState
         trials = self.study.get_trials(deepcopy=False)
         for n in sorted(self._open):

@@ -330,3 +330,30 @@ def test_storage_urls_are_checked(task):
     with pytest.raises(LooptuneError, match="file path"):
         OptunaTuner(task, storage="journal:")
     assert json.dumps(OptunaTuner(task, seed=0).study.user_attrs["looptune_task"])
+
+
+def test_a_trial_abandoned_before_its_first_heartbeat_is_failed(task, tmp_path, monkeypatch):
+    """A worker killed between ask() and its first heartbeat leaves a running trial optuna
+    never finds stale (no heartbeat to judge). The next sync of any worker fails it once it
+    is older than the grace period and has no config index (a live worker sets that at once);
+    a trial of a live worker, and a new one, keep running."""
+    import datetime as real
+    import types
+    from looptune.search import optuna_tuner as mod
+    t = OptunaTuner(task, storage=f"sqlite:///{tmp_path / 's.db'}", heartbeat=1)
+    abandoned = t.study.ask()                               # no heartbeat, no index
+    live = t.study.ask()
+    live.set_user_attr("index", 7)                          # a live worker measuring config 7
+    t._sync()
+    assert t.study.trials[abandoned.number].state is TS.RUNNING     # within the grace period
+
+    class Later(real.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return real.datetime.now(tz) + real.timedelta(seconds=10)  # > 3 heartbeats later
+
+    monkeypatch.setattr(mod, "datetime", types.SimpleNamespace(datetime=Later,
+                                                              timedelta=real.timedelta))
+    t._sync()
+    states = {n: t.study.trials[n].state for n in (abandoned.number, live.number)}
+    assert states == {abandoned.number: TS.FAIL, live.number: TS.RUNNING}
