@@ -402,12 +402,15 @@ def loop_nest_features(func) -> np.ndarray:
 
 
 def config_features(task, config) -> np.ndarray | None:
-    """Features of ``config`` (a ConfigEntity or index) of ``task``: instantiate, lower,
-    walk. None when the config makes an invalid schedule (a LooptuneError)."""
+    """Features of ``config`` (a ConfigEntity or index) of ``task``: instantiate, lower (as
+    the task's target would: OpenCL keeps its work-group regions whole), walk. None when the
+    config makes an invalid schedule (a LooptuneError)."""
+    from ..backends.target import Target
     from ..schedule.lower import lower
     try:
         s, tensors = task.instantiate(config)
-        func = lower(s, tensors, unroll=False)     # the walk counts unrolled copies itself
+        func = lower(s, tensors, unroll=False,     # the walk counts unrolled copies itself
+                     region_hook=Target.parse(task.target).region_hook)
     except LooptuneError:
         return None
     return loop_nest_features(func)

@@ -210,3 +210,23 @@ def test_a_streamed_loop_is_a_simd_loop_with_its_own_kind_code():
     assert streamed["s0.vec_innermost"] == vec["s0.vec_innermost"] == 1
     differ = {k for k in vec if vec[k] != streamed[k]}
     assert differ and all(k.endswith(".kind") for k in differ), differ
+
+
+@lt.search.template("test_features_shared_tiles")
+def _shared_tiles_template(cfg, N, M, K):
+    import util
+    w = util.matmul(N, M, K)
+    return util.shared_tiles(w), w.args
+
+
+def test_features_see_the_loop_nest_the_target_compiles():
+    """An OpenCL task's features come from the nest OpenCL compiles: its work-group region
+    (threads beside the tiles they share) kept whole, as build keeps it, not the split
+    nest a C lowering would give."""
+    from looptune.backends.opencl_barriers import REGION_HOOK
+    task = create_task("test_features_shared_tiles", (37, 53, 29), target="opencl")
+    s, args = task.instantiate(0)
+    kept = loop_nest_features(lt.lower(s, args, unroll=False, region_hook=REGION_HOOK))
+    split = loop_nest_features(lt.lower(s, args, unroll=False))
+    got = config_features(task, 0)
+    assert np.array_equal(got, kept) and not np.array_equal(got, split)
