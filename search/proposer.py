@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .cost_model import KnobFeatures, LoopNestFeatures, RankSum, Scorer
+from .space import random_unvisited, take
 
 if TYPE_CHECKING:
     from .gbt_tuner import GBTOptions
@@ -80,23 +81,11 @@ class Proposer:
 
     def take(self, index: int) -> bool:
         """Mark ``index`` proposed; False if it already was."""
-        if index in self.visited:
-            return False
-        self.visited.add(index)
-        return True
+        return take(self.visited, index)
 
     def random_unvisited(self, tries: int = 64) -> int | None:
-        """A random unproposed config (a scan of what is left on small spaces), or None."""
-        for _ in range(tries):
-            i = self.space.random_index(self.rng)
-            if i not in self.visited:
-                return i
-        size = self.space.size
-        if len(self.visited) >= size or size > 1 << 22:
-            return None
-        taken = np.fromiter(self.visited, dtype=np.int64, count=len(self.visited))
-        left = np.setdiff1d(np.arange(size), taken)
-        return int(self.rng.choice(left)) if left.size else None
+        """A random unproposed config, or None."""
+        return random_unvisited(self.space, self.visited, self.rng, tries)
 
     def ranked_pool(self, score: Score) -> list[int]:
         """The pool's unproposed configs, best ``score`` first."""

@@ -273,3 +273,26 @@ class FallbackConfig(_Config):
         return f"FallbackConfig({vals})"
 
     __repr__ = __str__
+
+
+def take(visited: set[int], index: int) -> bool:
+    """Mark config ``index`` proposed in ``visited``; False if it already was."""
+    if index in visited:
+        return False
+    visited.add(index)
+    return True
+
+
+def random_unvisited(space: ConfigSpace, visited: set[int], rng,
+                     tries: int = 64) -> int | None:
+    """A random config of ``space`` not in ``visited`` (after ``tries`` random draws, a scan
+    of what is left on spaces of up to 2**22 configs), or None."""
+    for _ in range(tries):
+        i = space.random_index(rng)
+        if i not in visited:
+            return i
+    size = space.size
+    if len(visited) >= size or size > 1 << 22:
+        return None
+    left = np.setdiff1d(np.arange(size), np.fromiter(visited, dtype=np.int64, count=len(visited)))
+    return int(rng.choice(left)) if left.size else None

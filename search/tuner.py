@@ -37,7 +37,7 @@ from ..errors import LooptuneError
 from .log import load_records
 from .measure import ErrorKind, MeasureOption, Measurer, MeasureResult
 from .programs import ProgramSet
-from .space import ConfigEntity
+from .space import ConfigEntity, random_unvisited, take
 from .task import Task
 
 log = logging.getLogger("looptune.search.tuner")
@@ -111,23 +111,11 @@ class Tuner:
 
     def _take(self, index: int) -> bool:
         """Mark ``index`` proposed; False if it already was."""
-        if index in self.visited:
-            return False
-        self.visited.add(index)
-        return True
+        return take(self.visited, index)
 
     def _random_unvisited(self, tries: int = 64) -> int | None:
-        """A random unvisited index (exhaustive scan on small spaces), or None."""
-        for _ in range(tries):
-            i = self.space.random_index(self.rng)
-            if i not in self.visited:
-                return i
-        if self.space.size - len(self.visited) <= 0:
-            return None
-        if self.space.size <= 1 << 22:
-            free = np.setdiff1d(np.arange(self.space.size), np.fromiter(self.visited, int))
-            return int(self.rng.choice(free)) if free.size else None
-        return None
+        """A random unvisited index (a scan of what is left on small spaces), or None."""
+        return random_unvisited(self.space, self.visited, self.rng, tries)
 
     @staticmethod
     def fitness(res: MeasureResult) -> float:
