@@ -332,6 +332,8 @@ def test_storage_urls_are_checked(task):
     assert json.dumps(OptunaTuner(task, seed=0).study.user_attrs["looptune_task"])
 
 
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage",
+                            "ignore::optuna.exceptions.ExperimentalWarning")
 def test_a_trial_abandoned_before_its_first_heartbeat_is_failed(task, tmp_path, monkeypatch):
     """A worker killed between ask() and its first heartbeat leaves a running trial optuna
     never finds stale (no heartbeat to judge). The next sync of any worker fails it once it
