@@ -14,6 +14,7 @@ statement passes so (``Target("opencl").region_hook``; schedule/passes/partition
 from __future__ import annotations
 
 from ..lang.expr import Expr, Not
+from ..schedule.passes import register_region_hook
 from ..schedule.stmt import Barrier, ForKind, IfThenElse, Stmt, StmtMutator, StmtVisitor, seq
 
 
@@ -139,6 +140,7 @@ class WorkGroupRegions:
 
 
 REGION_HOOK = WorkGroupRegions()
+register_region_hook("opencl", REGION_HOOK)
 
 
 def insert_barriers(s: Stmt, local: set[int]) -> Stmt:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import BuildError
+from ..schedule.passes import REGION_HOOKS
 
 _KNOWN = {
     "c": {"cc", "threads", "sanitize", "fast-math", "O", "march", "bounds-check", "libm-exp"},
@@ -78,10 +79,8 @@ class Target:
     def region_hook(self):
         """What this target tells the statement passes about loop bodies they must keep whole
         (``lower(region_hook=...)``): opencl's work-group regions; None for C."""
-        if self.kind == "opencl":
-            from .opencl_barriers import REGION_HOOK
-            return REGION_HOOK
-        return None
+        from . import opencl_barriers  # noqa: F401  (registers the opencl hook)
+        return REGION_HOOKS.get(self.kind)
 
     def vector_lanes(self, dtype: str = "float32") -> int:
         """How many ``dtype`` elements one SIMD register of this C target holds, as its

@@ -29,7 +29,8 @@ from .attach import Attach, AttachAt
 from .stage import Annot, Stage
 from .stmt import (Allocate, Buffer, For, ForKind, IfThenElse, LetStmt, Stmt, Store, seq,
                    display_names, stmt_str)
-from .passes import RegionHook, check_nesting, partition_tails, simplify_stmt, unroll_loops
+from .passes import (REGION_HOOKS, RegionHook, check_nesting, partition_tails, simplify_stmt,
+                     unroll_loops)
 from .verify import verify_pass
 
 _FOR_KIND = {Annot.UNROLL: ForKind.UNROLLED, Annot.VECTORIZE: ForKind.VECTORIZED,
@@ -67,14 +68,19 @@ class LoweredFunc:
 
 
 def lower(s: Schedule, args, name: str = "main", *, unroll: bool = True,
-          region_hook: RegionHook | None = None) -> LoweredFunc:
+          region_hook: RegionHook | None = None, target=None) -> LoweredFunc:
     """Lower schedule ``s`` to a loop nest taking ``args`` (tensors, in call order).
 
     ``unroll=False`` leaves the loops marked unrolled as loops (of kind ``UNROLLED``) instead
     of copying their bodies: about half the lowering time for analyses that only need the
     nest's shape, such as cost-model features. Code generators get the default.
     ``region_hook``: the target's say on loop bodies the passes must keep whole (``build``
-    passes ``Target.region_hook``; the opencl target keeps its work-group regions whole)."""
+    passes ``Target.region_hook``; the opencl target keeps its work-group regions whole).
+    ``target`` (a target string or Target) picks the hook its backend registered instead:
+    ``lt.lower(s, args, target="opencl")`` shows the nest that ``build`` compiles there."""
+    if region_hook is None and target is not None:
+        kind = getattr(target, "kind", None) or str(target).split()[0]
+        region_hook = REGION_HOOKS.get(kind)
     return _Lowering(s, list(args), name, unroll, region_hook).run()
 
 

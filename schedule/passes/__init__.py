@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from .fresh_lets import fresh_lets
 from .nesting import check_nesting
-from .partition import RegionHook, partition_tails
+from .partition import REGION_HOOKS, RegionHook, partition_tails, register_region_hook
 from .simplify import simplify_stmt
 from .substitute import substitute_stmt
 from .unroll import MAX_UNROLL, unroll_loops
 
-__all__ = ["MAX_UNROLL", "RegionHook", "check_nesting", "fresh_lets", "partition_tails",
+__all__ = ["MAX_UNROLL", "REGION_HOOKS", "RegionHook", "register_region_hook", "check_nesting", "fresh_lets", "partition_tails",
            "simplify_stmt", "substitute_stmt", "unroll_loops"]

@@ -31,6 +31,15 @@ class RegionHook(Protocol):
         ...
 
 
+# target kind -> its hook; a backend registers its own (lower(target=...) looks it up here)
+REGION_HOOKS: dict[str, RegionHook] = {}
+
+
+def register_region_hook(kind: str, hook: RegionHook) -> None:
+    """Make ``hook`` what ``lower(..., target=<kind>)`` tells the passes."""
+    REGION_HOOKS[kind] = hook
+
+
 MAX_TAIL_CONDS = 3           # candidates per loop
 MAX_PARTITION_DEPTH = 3      # at most 2**3 versions of a loop body
 MAX_PARTITION_SIZE = 400     # statements; larger bodies keep their guards

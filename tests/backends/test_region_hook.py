@@ -91,3 +91,14 @@ def _under_if(part: Stmt) -> Stmt:
     assert isinstance(part, For), part
     return For(part.var, part.min, part.extent, part.kind,
                seq(IfThenElse(part.var < 3, Barrier()), part.body), part.tag)
+
+
+def test_lower_with_a_target_uses_the_hook_its_backend_registered():
+    """``lt.lower(s, args, target="opencl")`` (or a Target) prints the nest build compiles;
+    the C target and no target partition as before."""
+    w = util.matmul(37, 53, 29)
+    s = util.shared_tiles(w)
+    kept = str(lt.lower(s, w.args, region_hook=REGION_HOOK))
+    assert str(lt.lower(s, w.args, target="opencl")) == kept
+    assert str(lt.lower(s, w.args, target=lt.Target.parse("opencl"))) == kept
+    assert str(lt.lower(s, w.args, target="c")) == str(lt.lower(s, w.args)) != kept
