@@ -322,7 +322,8 @@ def random_int_expr(rng: np.random.Generator, leaves: list, depth: int = 4):
 
 
 def shared_tiles(w: Workload):
-    """matmul with A and B staged in shared tiles per 8 x 8 work-group (the opencl tests' and the cli's)."""
+    """matmul with A and B staged in shared tiles per 8 x 8 work-group, C accumulated in a
+    local tile per work-item (the opencl tests' and the cli's)."""
     A, B, C = w["A"], w["B"], w["C"]
     s = w.schedule()
     AS, BS = s.cache_read(A, "shared", [C]), s.cache_read(B, "shared", [C])

@@ -85,23 +85,7 @@ def test_matmul_private_accumulator(target):
 
 def test_matmul_shared_tiles_with_barriers(target):
     w = util.matmul(37, 53, 29)
-    A, B, C = w["A"], w["B"], w["C"]
-    s = w.schedule()
-    AS = s.cache_read(A, "shared", [C])
-    BS = s.cache_read(B, "shared", [C])
-    CL = s.cache_write(C, "local")
-    _, bx, _, _ = bind_2d(s, C, 8, 8)
-    s[CL].compute_at(s[C], bx)
-    ci, cj = s[CL].op.axis
-    ko, ki = s[CL].split(s[CL].op.reduce_axis[0], factor=8)
-    s[CL].reorder(ko, ci, cj, ki)
-    s[CL].bind(ci, "threadIdx.y")
-    s[CL].bind(cj, "threadIdx.x")
-    for X in (AS, BS):
-        s[X].compute_at(s[CL], ko)
-        a0, a1 = s[X].op.axis
-        s[X].bind(a0, "threadIdx.y")
-        s[X].bind(a1, "threadIdx.x")
+    s = util.shared_tiles(w)          # A and B in shared tiles, C.local per work-item
     f = check(s, w, target)
     src = f.source
     assert "__local float A_shared[64];" in src and "__local float B_shared[64];" in src
