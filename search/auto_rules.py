@@ -14,10 +14,12 @@ from dataclasses import dataclass
 
 from ..backends.target import Target
 from ..errors import LooptuneError
+from ..lang import dtype as dt
 from ..lang.expr import BinKind, Call, Const, Load, Select, Var
 from ..lang.tensor import ComputeOp, PlaceholderOp
 from ..lang.visitor import ExprVisitor, collect_loads, collect_vars
 from ..schedule.attach import Attach
+from ..schedule.loop_steps import STREAM_DTYPES
 
 ACCUMULATORS = 16      # vector registers a register tile may hold (x86 and NEON have >= 16)
 PANEL_VECTORS = 4      # a column panel of the fallback: this many vectors wide
@@ -323,11 +325,10 @@ def may_stream(op, output: bool) -> bool:
     whose output is larger than the last-level cache (``Target.cache_bytes(3)``), so that its
     lines would be evicted before anyone reads them: streaming stores save their
     read-for-ownership (the destination's lines are not read before being written)."""
-    import numpy as np
     if not output or op.reduce_axis or not op.axis or extent(op.axis[-1]) < 2 or \
-            op.output.dtype not in ("float32", "float64"):
+            op.output.dtype not in STREAM_DTYPES:
         return False
-    size = math.prod(extent(a) for a in op.axis) * np.dtype(op.output.dtype).itemsize
+    size = math.prod(extent(a) for a in op.axis) * dt.itemsize(op.output.dtype)
     return size > Target.parse("c").cache_bytes(3)
 
 
