@@ -72,10 +72,6 @@ class RangeContext:
         """``push`` for ``for var in [mn, mn + extent)``."""
         self.push(var, *self.loop_range(mn, extent))
 
-    def push_let(self, var: Var, value: Expr) -> None:
-        """``push`` for ``let var = value``."""
-        self.push(var, *const_bound(value, self.facts))
-
     @contextmanager
     def scope(self, var: Var, lo: int | None, hi: int | None) -> Iterator[None]:
         """``with ctx.scope(v, lo, hi):`` -- ``push`` on entry, ``pop`` on exit."""
