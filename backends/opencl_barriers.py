@@ -82,7 +82,7 @@ class _Unbranch(StmtMutator):
     conditionals in loops (guards evaluated as in the wrong iteration)."""
 
     def visit_For(self, s):
-        if s.kind is ForKind.THREAD and s.tag.startswith("threadIdx"):
+        if s.is_thread_loop:
             return s
         return super().visit_For(s)
 
@@ -114,7 +114,7 @@ class _WorkGroupAlloc(StmtVisitor):
         self.threads = self.allocs = False
 
     def visit_For(self, s):
-        if s.kind is ForKind.THREAD and s.tag.startswith("threadIdx"):
+        if s.is_thread_loop:
             self.threads = True
         else:
             super().visit_For(s)

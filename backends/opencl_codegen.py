@@ -161,7 +161,7 @@ class _Scan(StmtVisitor):
         _Exprs(self).visit(e)
 
     def _in_thread(self) -> bool:
-        return any((f.tag or "").startswith("threadIdx") for f in self.stack)
+        return any(f.is_thread_loop for f in self.stack)
 
     def visit_For(self, s: For):
         self.visit_expr(s.min)

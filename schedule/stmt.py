@@ -49,6 +49,11 @@ class For(Stmt):
     body: Stmt
     tag: str | None = None
 
+    @property
+    def is_thread_loop(self) -> bool:
+        """Bound to ``threadIdx.x|y|z``: the work-items of a work-group (OpenCL)."""
+        return self.kind is ForKind.THREAD and (self.tag or "").startswith("threadIdx")
+
 
 @dataclass(frozen=True, slots=True, repr=False)
 class Seq(Stmt):

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from ..lang.expr import Expr, Var
 from ..lang.simplify import const_bound
 from ..lang.visitor import ExprVisitor
-from .stmt import Buffer, For, ForKind, Stmt, StmtVisitor
+from .stmt import Buffer, For, Stmt, StmtVisitor
 
 
 class IRVerifyError(AssertionError):
@@ -127,7 +127,7 @@ class _Verify(StmtVisitor):
 
     def visit_For(self, s: For):
         self.exprs(f"the bounds of loop '{s.var.name}'", s.min, s.extent)
-        thread = s.kind is ForKind.THREAD and (s.tag or "").startswith("threadIdx")
+        thread = s.is_thread_loop
         self.loops.append(s.var.name)
         self.thread_depth += thread
         self.bind(s.var, f"loop '{s.var.name}'", s.body)
@@ -172,7 +172,7 @@ class _Threads(StmtVisitor):
     found = False
 
     def visit_For(self, s):
-        if s.kind is ForKind.THREAD and (s.tag or "").startswith("threadIdx"):
+        if s.is_thread_loop:
             self.found = True
         else:
             super().visit_For(s)
