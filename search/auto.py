@@ -11,15 +11,19 @@ rules. Op patterns decide (:mod:`.auto_rules`), the CPU rules apply them (:mod:`
 
 - an injective (reduction-free) intermediate stage is inlined into its readers or computed at
   root (knob ``<stage>.inline``; first choice: inlined, except a padding feeding a
-  contraction, or a math-heavy value read twice, as softmax's exponentials);
+  contraction, or a math-heavy value read twice, as softmax's exponentials); a padding that
+  only a tiled contraction reads may instead be computed per parallel iteration of its tiles
+  (knob ``<stage>.at``: ``root`` first, or ``tile``: only the window the iteration reads,
+  its halo computed again by the neighbouring iteration, written while it stays in cache);
 - a *contraction* (a reduction whose body multiplies loads, with at least two spatial loops
   longer than 1: matmul, batch matmul, conv2d) gets multi-level tiling, S-R-S-R-S: each tiled
   loop split into parallel, middle and register levels (knobs ``tile<k>``: register tile,
   ``mid<k>``: tiles per parallel iteration), each reduction loop into a K-block and a
-  micro-kernel loop (``red<k>``); the register tile accumulates in a ``local`` cache_write
-  buffer (``cache``) computed per tile, or per parallel iteration with the K-blocks outside
-  the middle tiles (``order``: "tile" / "kblock"); its rows unrolled (``unroll``, also the
-  micro-kernel's K loop), its vector loop vectorized; an operand may be packed into a
+  micro-kernel loop (``red<k>``; a short loop, a 3x3 window's, may be whole); the register
+  tile accumulates in a ``local`` cache_write buffer (``cache``) computed per tile, or per
+  parallel iteration with the K-blocks outside the middle tiles (``order``: "tile" /
+  "kblock"); its rows unrolled (``unroll``, also the micro-kernel's K loops, innermost first,
+  up to 16 steps), its vector loop vectorized; an operand may be packed into a
   contiguous panel (``pack``: ``cache_read`` at the parallel loop or the K-block);
 - an *epilogue*: a chain of elementwise/broadcast stages after a contraction (bias, then
   activation, scaling; a transpose, through its index map), each the only reader of the one
@@ -76,6 +80,7 @@ from .auto_rules import (
     epilogue,
     is_contraction,
     machine_of,
+    feeds_one_contraction,
     materialize_first,
     parallel_choices,
     plan_tiles,
@@ -189,6 +194,7 @@ class _Plan:
     plans: dict             # id(contraction) -> its TilePlan (C target)
     inline_first: dict      # id(inlinable stage) -> the fallback inlines it
     threads: list           # the knob 'parallel''s choices (none: no knob)
+    tile_fed: dict          # id(padding stage) -> the tiled contraction stage, its one reader
     lanes: set = field(default_factory=set)   # stages with a knob <stage>.lanes (rfactor)
 
 
@@ -211,8 +217,10 @@ def _plan(s: Schedule, outputs: list[Tensor], gpu: bool, machine: Machine) -> _P
     inlined = {id(c.op) for c in chained} | {id(st.op) for st in inlinable
                                              if inline_first[id(st)]}     # by the fallback
     threads = [] if gpu else parallel_choices([st.op for st in stages], machine, inlined)
+    tile_fed = {id(st): r for st in inlinable if id(st) not in per_row
+                and (r := feeds_one_contraction(s, st)) is not None and id(r) in plans}
     return _Plan(s, gpu, machine, stages, names, epis, chained, fused, inlinable, rooted,
-                 per_row, plans, inline_first, threads)
+                 per_row, plans, inline_first, threads, tile_fed)
 
 
 def _define_knobs(cfg, p: _Plan) -> None:
@@ -221,6 +229,8 @@ def _define_knobs(cfg, p: _Plan) -> None:
     for st in p.inlinable:
         first = p.inline_first[id(st)]
         cfg.define_knob(f"{p.names[id(st)]}.inline", [first, not first])
+        if id(st) in p.tile_fed:
+            cfg.define_knob(f"{p.names[id(st)]}.at", ["root", "tile"])
     for st in p.stages:
         if id(st) in p.per_row and cpu.row_knobs(cfg, st.op, p.names[id(st)], p.machine):
             p.lanes.add(id(st))
@@ -247,6 +257,7 @@ def _apply_choices(cfg, p: _Plan) -> None:
     at_row = _rows_attached(cfg, p.s, p.stages, p.per_row, p.names)
     attached = {id(x) for xs in at_row.values() for x in xs}
     par = bool(p.threads) and cfg["parallel"].val
+    tile_loops: dict = {}        # id(contraction) -> (stage, loop) of its parallel iteration
     for st in p.rooted:
         if st.attach is Attach.INLINE or id(st) in attached:
             continue
@@ -254,7 +265,10 @@ def _apply_choices(cfg, p: _Plan) -> None:
         if p.gpu:
             gpu_rules.gpu_bind(cfg, p.s, t, name, is_contraction(st.op), epi)
         elif id(st) in p.plans:
-            cpu.tile_contraction(cfg, p.s, t, name, p.plans[id(st)], epi, par)
+            tile_loops[id(st)] = cpu.tile_contraction(cfg, p.s, t, name, p.plans[id(st)],
+                                                      epi, par)
+        elif id(st) in p.tile_fed and cfg[f"{name}.at"].val == "tile":
+            cpu.per_tile(p.s, st, *tile_loops[id(p.tile_fed[id(st)])])
         elif id(st) in at_row:
             cpu.per_row(cfg, p.s, t, p.names, at_row[id(st)], p.lanes, par)
         else:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from .auto_rules import (
     Epilogue,
+    UNROLL_K,
     Machine,
     TilePlan,
     choices,
@@ -61,12 +62,14 @@ def contraction_knobs(cfg, name: str, plan: TilePlan, has_epilogue: bool) -> Non
 
 
 def tile_contraction(cfg, s, C, name: str, plan: TilePlan, epi: Epilogue | None,
-                     par: bool = True) -> None:
+                     par: bool = True) -> tuple:
     """Tile contraction ``C`` (see the module docstring). The output stage ``O`` (the
     epilogue, C's write-back after cache_write, or C itself) runs the parallel (P), middle
     (M) and tile (T) levels of every tiled loop; the accumulating stage ``CC`` is computed
     per tile (order "tile": the reduction runs around the register tile) or per parallel
-    iteration (order "kblock": K-blocks outside the middle tiles, Ansor's S-R-S-R-S)."""
+    iteration (order "kblock": K-blocks outside the middle tiles, Ansor's S-R-S-R-S).
+    Returns O's stage and its parallel loop (where a producer computed per parallel
+    iteration attaches: :func:`per_tile`)."""
     ndim = len(s[C].op.axis)
     axis_of = epi.axis_of if epi is not None else tuple(range(ndim))
     if epi is not None:
@@ -82,11 +85,21 @@ def tile_contraction(cfg, s, C, name: str, plan: TilePlan, epi: Epilogue | None,
     par = fuse_parallel(s[O], P, par)
     if CC is O:
         _accumulate(cfg, s, CC, name, plan, None, order, packed, (par, M, T))
-        return
+        return s[O], par
     s[CC].compute_at(s[O], M[-1] if order == "tile" else par)
     if T:
         s[O].vectorize(T[-1])
     _accumulate(cfg, s, CC, name, plan, s[O], order, packed, (par, None, None))
+    return s[O], par
+
+
+def per_tile(s, st, at_stage, at_loop) -> None:
+    """Padding stage ``st`` computed per parallel iteration of the contraction that reads it
+    (``at_loop`` of ``at_stage``, from :func:`tile_contraction`): only the window that
+    iteration reads (its halo recomputed by the neighbours), written while it stays in
+    cache, its rows vectorized."""
+    st.compute_at(at_stage, at_loop)
+    st.vectorize(st.op.axis[-1])
 
 
 def _output_levels(cfg, st, name: str, plan: TilePlan, axis_of) -> tuple[list, list, list]:
@@ -150,13 +163,24 @@ def _accumulate(cfg, s, CC, name: str, plan: TilePlan, O, order: str, packed, le
     if how != "none":
         for r in rows:
             st.unroll(r)
-    if how == "tile+k" and r_in:
-        st.unroll(r_in[-1])
+    if how == "tile+k":
+        _unroll_micro_k(st, r_in)
     if packed is not None:
         at_stage, at_loop = (st, r_out[-1]) if order == "kblock" else \
             (O if O is not None else st, par)
         s[packed].compute_at(at_stage, at_loop)
         s[packed].vectorize(s[packed].op.axis[-1])
+
+
+def _unroll_micro_k(st, r_in: list) -> None:
+    """Unroll the micro-kernel's reduction loops, innermost first, while their steps
+    multiply to at most ``UNROLL_K`` (the innermost one always): a 3x3 window whole."""
+    steps = 1
+    for k, r in enumerate(reversed(r_in)):
+        steps *= extent(r)
+        if k and steps > UNROLL_K:
+            return
+        st.unroll(r)
 
 
 def _pack(s, CC, name: str):

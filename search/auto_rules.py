@@ -28,6 +28,7 @@ WORK_PER_THREAD = 4    # parallel iterations per thread the fallback aims for
 # passive wait policy): waking them, and the join. The fallback runs a kernel on one thread
 # when its estimated single-thread time is below this many cycles (~30 us at 3 GHz).
 PARALLEL_MIN_CYCLES = 100_000
+UNROLL_K = 16          # micro-kernel reduction steps unrolled at most (knob unroll "tile+k")
 CALL_OPS = 16          # vector operations a math call (exp, erf, tanh, ...) costs, roughly
 STORE_BYTES_PER_CYCLE = 4   # a stage's output written (and its inputs streamed) out of cache
 PACK_MIN_STRIDE = 4096      # bytes between a panel's rows from which the fallback packs it
@@ -276,6 +277,15 @@ def materialize_first(s, st) -> bool:
     return len(readers) >= 2 and _has(st.op, Call)
 
 
+def feeds_one_contraction(s, st):
+    """The contraction stage that alone reads padding ``st`` (a guarded read), else None:
+    such a padding may be computed per parallel iteration of the contraction's tiles."""
+    readers = s.readers(st)
+    if _has(st.op, Select) and len(readers) == 1 and is_contraction(readers[0].op):
+        return readers[0]
+    return None
+
+
 def row_consumers(s, stages, outputs, fused) -> dict:
     """Stages that may be computed per row of an output (knob ``<stage>.at``), mapped to it:
     row statistics and row-wise intermediates (softmax's max, exponentials and sum; a
@@ -411,8 +421,14 @@ def plan_tiles(op, machine: Machine) -> TilePlan:
             m = max(1, tiles // math.ceil(want / work))
             work *= math.ceil(tiles / m)
         middle[c] = choices(m, "all", 1, 2, 4, 8, 16, 32, limit=most[c])
-    red = [choices(1, 2, 4, 8, 16, 64, 128, 256, limit=extent(r)) for r in op.reduce_axis]
+    red = [choices(1, 2, 4, 8, 16, 64, 128, 256, *_whole(extent(r)), limit=extent(r))
+           for r in op.reduce_axis]
     return TilePlan(tiled, v, inner, middle, red, _pack_choices(op, rows, v))
+
+
+def _whole(e: int) -> list[int]:
+    """A short reduction loop (a 3x3 window's) may be a micro-kernel loop whole, unrolled."""
+    return [e] if e <= UNROLL_K else []
 
 
 def _vector_tile(e: int, L: int) -> int:

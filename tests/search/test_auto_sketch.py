@@ -233,3 +233,69 @@ def test_softmax_fallback_is_fused_per_row_with_buffered_exponentials():
         return z / z.sum(1, keepdims=True)
     for i in _configs(task, 6):
         check_outputs(task.instantiate(i)[0], [X, out], want)
+
+
+def _padded_conv(N, C, H, W, K, stride, depthwise, relu):
+    """A 3x3 conv (or depthwise conv) over a zero padding (pad 1) of ``data``; ``relu``: an
+    epilogue after it. Returns the tensors and the float64 numpy reference."""
+    data = lt.placeholder((N, C, H, W), "float32", name="data")
+    wshape = (C, 3, 3) if depthwise else (K, C, 3, 3)
+    weight = lt.placeholder(wshape, "float32", name="weight")
+    pad = lt.compute((N, C, H + 2, W + 2), lambda n, c, y, x: lt.if_then_else(
+        lt.all(y >= 1, y < H + 1, x >= 1, x < W + 1), data[n, c, y - 1, x - 1], 0.0),
+        name="pad")
+    OH, OW = (H - 1) // stride + 1, (W - 1) // stride + 1
+    ry, rx = lt.reduce_axis(3, name="ry"), lt.reduce_axis(3, name="rx")
+    if depthwise:
+        out = lt.compute((N, C, OH, OW), lambda n, c, y, x: lt.sum(
+            pad[n, c, y * stride + ry, x * stride + rx] * weight[c, ry, rx], axis=[ry, rx]),
+            name="conv")
+    else:
+        rc = lt.reduce_axis(C, name="rc")
+        out = lt.compute((N, K, OH, OW), lambda n, k, y, x: lt.sum(
+            pad[n, rc, y * stride + ry, x * stride + rx] * weight[k, rc, ry, rx],
+            axis=[rc, ry, rx]), name="conv")
+    if relu:
+        out = lt.compute(out.shape, lambda *i: lt.max(out[i], 0.0), name="relu")
+
+    def want(d, w):
+        dp = np.pad(d.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+        o = 0.0
+        for dy in range(3):
+            for dx in range(3):
+                win = dp[:, :, dy:dy + stride * (OH - 1) + 1:stride,
+                         dx:dx + stride * (OW - 1) + 1:stride]
+                o = o + (win * w[None, :, dy, dx, None, None] if depthwise else
+                         np.einsum("nchw,kc->nkhw", win, w[:, :, dy, dx].astype(np.float64)))
+        return np.maximum(o, 0.0) if relu else o
+    return [data, weight, out], want
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stride, depthwise, relu", [(1, True, False), (2, True, False),
+                                                     (1, False, True), (2, False, False)])
+def test_a_padding_may_be_computed_per_parallel_tile_of_the_conv_exactly(stride, depthwise,
+                                                                         relu):
+    """Knob ``pad.at``: the padding at root (first) or per parallel iteration of the
+    contraction that alone reads it, only the window that iteration reads (halo recomputed)."""
+    tensors, want = _padded_conv(1, 12, 29, 37, 20, stride, depthwise, relu)
+    task = auto_task(tensors)
+    sp = task.config_space
+    assert sp.knobs["pad.at"].values == ["root", "tile"]
+    values = {"pad.inline": False, "pad.at": "tile"}
+    if "parallel" in sp.knobs:
+        values["parallel"] = True
+    s, _ = task.instantiate(pick_config(sp, values))
+    (pad_stage,) = [st for st in s.stages if st.name == "pad"]
+    assert isinstance(pad_stage.attach, AttachAt)
+    text = str(lt.lower(s, tensors))
+    lines = [ln for ln in text.splitlines() if "allocate pad" in ln]
+    assert lines and all(ln.startswith("    ") for ln in lines)   # in the conv's outer loop
+    if "parallel" in sp.knobs:
+        assert text.index("parallel") < text.index("allocate pad")
+    check_outputs(s, tensors, want)
+    picks = [c for c in sp.sample(40, 1) if not c["pad.inline"].val
+             and c["pad.at"].val == "tile"][:4]
+    assert picks
+    for c in picks:
+        check_outputs(task.instantiate(c.index)[0], tensors, want)
