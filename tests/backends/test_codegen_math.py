@@ -3,12 +3,15 @@ the default schedule and a split/vectorize/parallel schedule, on odd sizes, with
 from __future__ import annotations
 
 import math
+import re
+import subprocess
 
 import numpy as np
 import pytest
 from util import ALIVE, rand, run_check, softmax
 
 import looptune as lt
+from looptune.backends.compiler import flags_for, predefined_macros
 
 N, M = 37, 53
 _erf = np.vectorize(math.erf, otypes=[np.float64])
@@ -203,6 +206,14 @@ def test_constant_bodies():
 # ---- the inlined float32 exp (backends/c_math.py) -------------------------------------------
 
 F32_MAX_ULP = 1.03      # the documented bound of lt_expf (backends/c_math.py)
+AVX2 = "c -march=x86-64-v3"
+
+
+def _need_avx2() -> None:
+    """Skip on a machine that cannot run AVX2 + FMA code (the x86-64-v3 lanes tests run it)."""
+    macros = predefined_macros("gcc", "native")
+    if not {"__AVX2__", "__FMA__"} <= macros:
+        pytest.skip("this CPU runs no AVX2 + FMA code (gcc -march=native defines neither)")
 
 
 def _exp_kernel(n: int, target: str = "c"):
@@ -273,9 +284,13 @@ def test_fast_exp_is_inlined_by_default_and_libm_on_request():
     assert _ulp_error(x, _exp_of(g, x)).max() <= 4     # glibc's vector expf: up to 2.64 ulp
 
 
-def test_fast_exp_within_1_03_ulp_on_a_dense_sample_of_float32():
-    """Every 1021st float32 bit pattern of both signs up to |x| = 105 (2.2 million inputs)."""
-    err, at = _worst_ulp(_exp_kernel(1 << 21), 1 << 21, 1021)
+@pytest.mark.parametrize("target", ["c", AVX2])
+def test_fast_exp_within_1_03_ulp_on_a_dense_sample_of_float32(target):
+    """Every 1021st float32 bit pattern of both signs up to |x| = 105 (2.2 million inputs),
+    with this machine's vectors and with AVX2's (8 lanes)."""
+    if target == AVX2:
+        _need_avx2()
+    err, at = _worst_ulp(_exp_kernel(1 << 21, target), 1 << 21, 1021)
     assert err <= F32_MAX_ULP, f"exp({at!r}) is {err:.3f} ulp off"
 
 
@@ -286,8 +301,11 @@ def test_fast_exp_within_1_03_ulp_on_a_denser_sample_of_float32():
     assert err <= F32_MAX_ULP, f"exp({at!r}) is {err:.3f} ulp off"
 
 
-def test_fast_exp_special_values_overflow_and_underflow():
-    f = _exp_kernel(22)
+@pytest.mark.parametrize("target", ["c", AVX2])
+def test_fast_exp_special_values_overflow_and_underflow(target):
+    if target == AVX2:
+        _need_avx2()
+    f = _exp_kernel(22, target)
     big = np.float32(88.72283935546875)           # the first float32 whose exp overflows
     tiny = np.float32(-103.97207641601562)       # the last whose exp rounds up to 2^-149
     x = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, big, np.nextafter(big, 0), 89.0, 1e30,
@@ -301,10 +319,13 @@ def test_fast_exp_special_values_overflow_and_underflow():
     assert _ulp_error(x[1:], y[1:]).max() <= F32_MAX_ULP
 
 
-def test_fast_exp_nan_payloads_and_every_lane_position():
+@pytest.mark.parametrize("target", ["c", AVX2])
+def test_fast_exp_nan_payloads_and_every_lane_position(target):
     """A NaN anywhere in a vector (every position of a 67-element array) stays NaN and leaves
     its neighbours exact."""
-    f = _exp_kernel(67)
+    if target == AVX2:
+        _need_avx2()
+    f = _exp_kernel(67, target)
     rng = np.random.default_rng(21)
     for pos in range(67):
         x = rand(rng, (67,), lo=-30, hi=30)
@@ -313,6 +334,33 @@ def test_fast_exp_nan_payloads_and_every_lane_position():
         assert np.isnan(y[pos])
         ok = np.arange(67) != pos
         assert _ulp_error(x[ok], y[ok]).max() <= F32_MAX_ULP
+
+
+def test_fast_exp_worst_case_is_the_documented_one():
+    """The worst input over every float32 (backends/c_math.py: 1.0192 ulp at -0x1.b60c42p+4)
+    against numpy's float64 exp, with its float32 neighbours."""
+    worst = np.float32(float.fromhex("-0x1.b60c42p+4"))
+    x = np.array([np.nextafter(worst, -np.inf), worst, np.nextafter(worst, 0)], np.float32)
+    err = _ulp_error(x, _exp_of(_exp_kernel(3), x))
+    assert 1.019 < err[1] <= F32_MAX_ULP and err.max() == err[1], err
+
+
+@pytest.mark.parametrize("march, reg", [("x86-64-v3", "ymm"), ("x86-64-v4", "zmm")])
+def test_fast_exp_vectorizes_with_avx2_and_avx512(march, reg, tmp_path):
+    """gcc 12 vectorizes the inlined exp for both: packed fused multiply-adds on the
+    -march's widest registers and no call (a ``?:`` clamp made gcc keep it scalar, with
+    branches, under AVX2). Compiles the generated source to assembly only."""
+    try:
+        predefined_macros("gcc", march)
+    except lt.BuildError:
+        pytest.skip(f"this gcc does not target -march={march} (not an x86-64 compiler)")
+    src = tmp_path / "exp_kernel.c"
+    src.write_text(_exp_kernel(64, f"c -march={march}").source)
+    asm = subprocess.run(["gcc", *flags_for({"march": march}, parallel=False), "-S", "-o", "-",
+                          str(src)], capture_output=True, text=True, check=True).stdout
+    packed = re.findall(rf"vfn?m(?:add|sub)\w*ps\s.*%{reg}", asm)
+    assert len(packed) >= 9, f"{len(packed)} packed {reg} FMAs:\n{asm}"
+    assert not re.search(r"\bcall\b", asm) and not re.search(r"vfn?m(?:add|sub)\w*ss", asm)
 
 
 def test_libm_exp_option_takes_no_value():
