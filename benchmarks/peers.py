@@ -1,6 +1,7 @@
 """looptune against its peers, measured so that the figure holds (shared/BENCHMARKS.md).
 
-    python benchmarks/peers.py [--rounds 3] [--only sgemm,blur] [--threads 2] [--log T.jsonl]
+    python benchmarks/peers.py [--rounds 3] [--only sgemm,blur] [--threads 2]
+                               [--halide hand,adams2019] [--log T.jsonl | --log DIR]
                                [--quick] [--json out.json]
 
 Workloads (issue 19): sgemm 1024^3 f32, conv2d 1x64x56x56 -> 64 3x3 pad 1, softmax and
@@ -9,10 +10,17 @@ to check that everything runs end to end).
 
 Systems: numpy (always; the examples' ``reference`` functions: OpenBLAS sgemm, im2col +
 tensordot, ...), PyTorch eager (when ``import torch`` works), Halide (when ``import halide``
-works; the pipelines and hand schedules of ``peers_halide.py``), looptune's hand schedules from
-``examples/`` (every operator of the example file: ``conv2d`` and ``conv2d_nchwc``) and, with
-``--log``, the best tuned or auto-scheduled config the logs hold. A system that cannot be
-imported is listed as skipped with the reason.
+works; the pipelines of ``peers_halide.py``) in the columns chosen by ``--halide`` (default
+both): ``hand``, its hand schedules, and ``adams2019``, the same algorithm scheduled by Halide's
+Adams2019 auto scheduler (the plugin of the halide wheel, ``parallelism`` = ``--threads``),
+looptune's hand schedules from ``examples/`` (every operator of the example file: ``conv2d``
+and ``conv2d_nchwc``) and, with ``--log``, the best tuned or auto-scheduled config the logs
+hold (merged; a directory stands for its ``*.jsonl`` files, e.g. the ``--out`` of
+``benchmarks/auto_schedule.py``, whose ``<op>.jsonl`` hold the auto task of the example's
+algorithm at its default size, the full size here). An operator without a record in the logs
+is left out of "looptune tuned", a workload without any says "no record" (the reason printed
+below the table). A system that cannot be imported is listed as skipped with the reason.
+"auto vs Adams2019" = Adams2019's time / looptune tuned's (issue 16's goal: 1.5x).
 
 Method: every measurement runs in a fresh process (thread pools of different libraries slow
 each other down in one process), with every library's thread count set to ``--threads``
@@ -48,7 +56,9 @@ WORKLOADS = {
     "blur": ("blur.py", (4096, 4096), (512, 512)),
 }
 PEERS = ("numpy", "halide", "torch")
-HALIDE_VARIANTS = {"blur": ("inline", "tiled")}
+HALIDE_VARIANTS = {"blur": ("inline", "tiled")}     # hand schedules; default ("",)
+ADAMS = "adams2019"                                 # peers_halide's auto-scheduled variant
+HALIDE_KINDS = ("hand", ADAMS)                      # --halide
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "HL_NUM_THREADS")
 
 
@@ -63,6 +73,14 @@ class Job:
     @property
     def label(self) -> str:
         return f"{self.system}:{self.variant}" if self.variant else self.system
+
+    @property
+    def column(self) -> str:
+        """The table column that shows this job."""
+        if self.system == "halide":
+            return "Halide Adams2019" if self.variant == ADAMS else "Halide hand"
+        return {"looptune-hand": "looptune hand", "looptune-tuned": "looptune tuned"}.get(
+            self.system, self.system)
 
 
 @dataclass
@@ -178,6 +196,7 @@ def worker(job: Job, args: tuple, threads: int, logs: list[str], quick: bool,
         import peers_halide
         kw = {"variant": job.variant} if job.variant else {}
         run = peers_halide.BUILDERS[job.workload](args, inputs, output, **kw)
+        note = getattr(run, "note", "")
     else:
         run, note = _looptune_call(job, args, inputs, output, threads, logs)
     clock = time.process_time if cpu_clock else time.perf_counter
@@ -210,19 +229,42 @@ def probe(module: str) -> str | None:
     return f"`import {module}` failed: {last}"
 
 
-def make_jobs(workloads: list[str], logs: list[str], skipped: dict[str, str]) -> list[Job]:
+def make_jobs(workloads: list[str], logs: list[str], skipped: dict[str, str],
+              halide: tuple[str, ...] = HALIDE_KINDS,
+              tuned: dict[str, list[str]] | None = None) -> list[Job]:
+    """The measurements: every system that is not skipped, the Halide kinds of ``halide``,
+    and with ``logs`` the operators ``tuned`` names per workload (default: all of them)."""
     jobs = []
     for w in workloads:
         jobs.append(Job(w, "numpy"))
         if "torch" not in skipped:
             jobs.append(Job(w, "torch"))
         if "halide" not in skipped:
-            jobs += [Job(w, "halide", v) for v in HALIDE_VARIANTS.get(w, ("",))]
+            if "hand" in halide:
+                jobs += [Job(w, "halide", v) for v in HALIDE_VARIANTS.get(w, ("",))]
+            if ADAMS in halide:
+                jobs.append(Job(w, "halide", ADAMS))
         names = [op.name for op in _operators(w)]
         jobs += [Job(w, "looptune-hand", n) for n in names]
         if logs:
-            jobs += [Job(w, "looptune-tuned", n) for n in names]
+            jobs += [Job(w, "looptune-tuned", n) for n in (names if tuned is None
+                                                           else tuned.get(w, []))]
     return jobs
+
+
+def tuned_operators(workload: str, args: tuple, logs: list[str]) -> tuple[list[str], str]:
+    """(the operators of ``workload`` whose best config ``logs`` hold at ``args``, why the
+    others are left out): what ``--log`` can time, checked before any measurement."""
+    from looptune.operators import best_record
+    names, why = [], []
+    for op in _operators(workload):
+        try:
+            best_record(op, args, logs, "c")
+        except Exception as e:  # noqa: BLE001 - CLIError or a template that fails: say why
+            why.append(f"{op.name}: {' '.join(str(e).split())[:400]}")
+        else:
+            names.append(op.name)
+    return names, "; ".join(why)
 
 
 def run_job(job: Job, opts) -> dict:
@@ -279,45 +321,81 @@ def measure(jobs: list[Job], opts) -> dict[Job, Result]:
     return results
 
 
-def _best(results: dict[Job, Result], workload: str, systems: tuple[str, ...]):
-    """(median seconds, job) of the fastest job of ``systems`` on ``workload``, or None."""
+def _best(results: dict[Job, Result], workload: str, columns: tuple[str, ...]):
+    """(median seconds, job) of the fastest job of ``columns`` on ``workload``, or None."""
     cands = [(r.median, j) for j, r in results.items()
-             if j.workload == workload and j.system in systems and r.median is not None]
+             if j.workload == workload and j.column in columns and r.median is not None]
     return min(cands, key=lambda c: c[0]) if cands else None
 
 
-def _cell(results, workload: str, systems: tuple[str, ...], skipped: dict[str, str]) -> str:
-    best = _best(results, workload, systems)
+def _module(column: str) -> str:
+    return "halide" if column.startswith("Halide") else column
+
+
+def _cell(results, workload: str, column: str, skipped: dict[str, str],
+          no_record: dict[str, str]) -> str:
+    best = _best(results, workload, (column,))
     if best is None:
-        if all(s in skipped for s in systems):
+        if _module(column) in skipped:
             return "skipped"
-        errs = [r for j, r in results.items() if j.workload == workload and j.system in systems]
-        return "error" if any(r.errors for r in errs) else "-"
+        errs = [r for j, r in results.items() if j.workload == workload and j.column == column]
+        if any(r.errors for r in errs):
+            return "error"
+        return "no record" if column == "looptune tuned" and workload in no_record else "-"
     t, job = best
-    many = sum(1 for j in results if j.workload == workload and j.system in systems) > 1
+    many = sum(1 for j in results if j.workload == workload and j.column == column) > 1
     return f"{t * 1e3:.3f}" + (f" ({job.variant})" if many and job.variant else "")
 
 
+def _ratio(results, workload: str, peers: tuple[str, ...], mine: tuple[str, ...],
+           goal: float, named: bool) -> str:
+    peer, me = _best(results, workload, peers), _best(results, workload, mine)
+    if not (peer and me):
+        return "-"
+    ratio = peer[0] / me[0]
+    return f"{ratio:.2f}x" + (f" vs {peer[1].column}" if named else "") + \
+        (f" (goal {goal:.2f}x met)" if ratio >= goal else "")
+
+
+def columns(halide: tuple[str, ...], with_tuned: bool) -> tuple[list[str], list[str]]:
+    """(the peers' columns, looptune's) of the table."""
+    peers = ["numpy"] + ["Halide hand"] * ("hand" in halide) + \
+        ["Halide Adams2019"] * (ADAMS in halide) + ["torch"]
+    return peers, ["looptune hand"] + ["looptune tuned"] * with_tuned
+
+
 def table(results: dict[Job, Result], workloads: list[str], skipped: dict[str, str],
-          with_tuned: bool) -> str:
-    cols = ["workload", "numpy ms", "Halide hand ms", "torch ms", "looptune hand ms"]
-    cols += ["looptune tuned ms"] if with_tuned else []
-    cols.append("looptune vs best peer")
+          with_tuned: bool, halide: tuple[str, ...] = HALIDE_KINDS,
+          no_record: dict[str, str] | None = None) -> str:
+    peers, mine = columns(halide, with_tuned)
+    versus_adams = with_tuned and ADAMS in halide
+    cols = ["workload", *(f"{c} ms" for c in peers + mine), "looptune vs best peer"]
+    cols += ["auto vs Adams2019"] if versus_adams else []
     rows = [cols, ["---"] * len(cols)]
     for w in workloads:
         row = [f"{w} {'x'.join(map(str, opts_args(w)))}"]
-        row += [_cell(results, w, (s,), skipped) for s in PEERS]
-        lt_systems = ("looptune-hand",) + (("looptune-tuned",) if with_tuned else ())
-        row += [_cell(results, w, (s,), skipped) for s in lt_systems]
-        peer, mine = _best(results, w, PEERS), _best(results, w, lt_systems)
-        if peer and mine:
-            ratio = peer[0] / mine[0]
-            row.append(f"{ratio:.2f}x vs {peer[1].system}" + (" (goal 1.10x met)"
-                                                            if ratio >= 1.10 else ""))
-        else:
-            row.append("-")
+        row += [_cell(results, w, c, skipped, no_record or {}) for c in peers + mine]
+        row.append(_ratio(results, w, tuple(peers), tuple(mine), 1.10, True))
+        if versus_adams:
+            row.append(_ratio(results, w, ("Halide Adams2019",), ("looptune tuned",), 1.5,
+                              False))
         rows.append(row)
     return "\n".join("| " + " | ".join(r) + " |" for r in rows)
+
+
+def skip_notes(skipped: dict[str, str], halide: tuple[str, ...],
+               no_record: dict[str, str]) -> list[str]:
+    """The lines below the table that say what was not measured, and why."""
+    out = []
+    for m, reason in skipped.items():
+        what = m if m != "halide" else \
+            f"halide ({', '.join(_HALIDE_COLUMN[k] for k in halide) or 'no column chosen'})"
+        out.append(f"{what}: skipped: {reason}")
+    out += [f"{w}: looptune tuned leaves out {why}" for w, why in no_record.items()]
+    return out
+
+
+_HALIDE_COLUMN = {"hand": "Halide hand", ADAMS: "Halide Adams2019"}
 
 
 _ARGS: dict[str, tuple] = {}
@@ -334,8 +412,12 @@ def parse(argv=None):
     p.add_argument("--only", default="", help=f"comma-separated subset of {', '.join(WORKLOADS)}")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                    help="threads of every system (default: all CPUs)")
-    p.add_argument("--log", action="append", default=[], help="tuning log(s): also time the "
-                   "best tuned / auto-scheduled config of each example")
+    p.add_argument("--log", action="append", default=[], help="tuning log(s) or folders of "
+                   "them (their *.jsonl, e.g. benchmarks/auto_schedule.py's --out): also time "
+                   "the best tuned / auto-scheduled config of each example")
+    p.add_argument("--halide", default=",".join(HALIDE_KINDS),
+                   help="Halide columns, comma-separated: hand (hand schedules), adams2019 "
+                   "(Halide's Adams2019 auto scheduler), or none (default: hand,adams2019)")
     p.add_argument("--quick", action="store_true", help="small sizes: a check that all runs")
     p.add_argument("--json", help="also write every measurement to this JSON file")
     p.add_argument("--timeout", type=float, default=900, help="seconds per measurement")
@@ -356,9 +438,39 @@ def parse(argv=None):
         p.error(f"--only: unknown workload(s) {', '.join(bad)}; choose from "
                 f"{', '.join(WORKLOADS)}")
     opts.workloads = only or list(WORKLOADS)
+    opts.halide = _halide_kinds(p, opts.halide)
+    opts.log = _log_files(p, opts.log)
     for w, (_, full, quick) in WORKLOADS.items():
         _ARGS[w] = quick if opts.quick else full
     return opts
+
+
+def _halide_kinds(p: argparse.ArgumentParser, text: str) -> tuple[str, ...]:
+    kinds = [k.strip() for k in text.split(",") if k.strip()]
+    if kinds == ["none"]:
+        return ()
+    bad = [k for k in kinds if k not in HALIDE_KINDS]
+    if bad or not kinds:
+        p.error(f"--halide: unknown Halide column(s) {', '.join(bad) or repr(text)}; give a "
+                f"comma-separated subset of {', '.join(HALIDE_KINDS)}, or none")
+    return tuple(k for k in HALIDE_KINDS if k in kinds)
+
+
+def _log_files(p: argparse.ArgumentParser, logs: list[str]) -> list[str]:
+    """``--log`` values as files: a folder stands for its ``*.jsonl``."""
+    out = []
+    for lg in logs:
+        path = Path(lg)
+        if path.is_dir():
+            found = sorted(str(f) for f in path.glob("*.jsonl"))
+            if not found:
+                p.error(f"--log {lg}: the folder holds no *.jsonl log")
+            out += found
+        elif path.is_file():
+            out.append(lg)
+        else:
+            p.error(f"--log {lg}: no such log file or folder")
+    return out
 
 
 def main(argv=None) -> int:
@@ -368,24 +480,30 @@ def main(argv=None) -> int:
         print(json.dumps(worker(Job(w, system, variant), _ARGS[w], opts.threads, opts.log,
                                 opts.quick, opts.clock == "cpu")))
         return 0
-    skipped = {m: r for m in ("torch", "halide") if (r := probe(m))}
-    jobs = make_jobs(opts.workloads, opts.log, skipped)
+    modules = ("torch", "halide") if opts.halide else ("torch",)
+    skipped = {m: r for m in modules if (r := probe(m))}
+    tuned, no_record = None, {}
+    if opts.log:
+        tuned = {w: tuned_operators(w, _ARGS[w], opts.log) for w in opts.workloads}
+        no_record = {w: why for w, (_, why) in tuned.items() if why}
+        tuned = {w: names for w, (names, _) in tuned.items()}
+    jobs = make_jobs(opts.workloads, opts.log, skipped, opts.halide, tuned)
     print(f"CPU: {cpu_model()}; threads per system: {opts.threads}; {opts.rounds} shuffled "
           f"round(s) of {len(jobs)} measurements, each in a fresh process; {opts.clock} clock",
           flush=True)
     results = measure(jobs, opts)
-    print(table(results, opts.workloads, skipped, bool(opts.log)))
+    print(table(results, opts.workloads, skipped, bool(opts.log), opts.halide, no_record))
     print("\n(ms: median over rounds of each process's median per call; a looptune or Halide "
           "cell names the fastest variant when there are several)")
-    for m, reason in skipped.items():
-        print(f"{m}: skipped: {reason}")
+    for line in skip_notes(skipped, opts.halide, no_record):
+        print(line)
     for j, r in results.items():
         if r.errors:
             print(f"{j.workload} {j.label}: failed in {len(r.errors)} round(s): {r.errors[-1]}")
     if opts.json:
         Path(opts.json).write_text(json.dumps({
             "cpu": cpu_model(), "threads": opts.threads, "rounds": opts.rounds,
-            "skipped": skipped,
+            "skipped": skipped, "halide": list(opts.halide), "no_record": no_record,
             "results": [{"workload": j.workload, "system": j.system, "variant": j.variant,
                          "args": _ARGS[j.workload], "times": r.times, "errors": r.errors}
                         for j, r in results.items()]}, indent=1))
