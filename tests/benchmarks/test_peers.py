@@ -1,0 +1,171 @@
+"""benchmarks/peers.py: option parsing (--halide, --log folders), the jobs and table of the
+Halide Adams2019 column, its report as skipped when ``import halide`` fails, and timing the
+auto-scheduled config of a log written as benchmarks/auto_schedule.py writes it (slow).
+
+The suite never imports halide: the Halide parts run in peers.py's worker processes."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+if str(BENCH) not in sys.path:
+    sys.path.insert(0, str(BENCH))
+
+import peers
+from peers import ADAMS, Job, Result
+
+HALIDE_MISSING = "`import halide` failed: ModuleNotFoundError: No module named 'halide'"
+
+
+def error_of(capsys, argv: list[str]) -> str:
+    with pytest.raises(SystemExit):
+        peers.parse(argv)
+    return capsys.readouterr().err
+
+
+# ---- options ----------------------------------------------------------------------------------
+
+
+def test_halide_columns_default_to_hand_and_adams():
+    assert peers.parse([]).halide == ("hand", ADAMS)
+
+
+@pytest.mark.parametrize("text, want", [("adams2019", (ADAMS,)), ("hand", ("hand",)),
+                                        (" adams2019 , hand", ("hand", ADAMS)),
+                                        ("none", ())])
+def test_halide_option_picks_the_columns(text, want):
+    assert peers.parse(["--halide", text]).halide == want
+
+
+@pytest.mark.parametrize("text", ["adams", "hand,mullapudi", ","])
+def test_unknown_halide_column_is_an_error_naming_it(capsys, text):
+    err = error_of(capsys, ["--halide", text])
+    assert "--halide: unknown Halide column(s)" in err and "hand, adams2019, or none" in err
+    assert (text.split(",")[-1] if text != "," else "','") in err
+
+
+def test_log_folder_stands_for_its_jsonl_files(tmp_path):
+    folder = tmp_path / "auto200"
+    folder.mkdir()
+    for name in ("softmax.jsonl", "matmul.jsonl", "notes.txt"):
+        (folder / name).write_text("")
+    single = tmp_path / "conv2d.jsonl"
+    single.write_text("")
+    opts = peers.parse(["--log", str(folder), "--log", str(single)])
+    assert opts.log == [str(folder / "matmul.jsonl"), str(folder / "softmax.jsonl"),
+                        str(single)]
+
+
+def test_log_folder_without_logs_and_missing_log_are_errors(capsys, tmp_path):
+    assert "holds no *.jsonl log" in error_of(capsys, ["--log", str(tmp_path)])
+    missing = str(tmp_path / "auto200")
+    assert f"--log {missing}: no such log file or folder" in error_of(capsys, ["--log", missing])
+
+
+# ---- jobs and table ---------------------------------------------------------------------------
+
+
+def test_jobs_follow_the_halide_columns():
+    peers.parse(["--quick"])
+    both = peers.make_jobs(["sgemm", "blur"], [], {}, ("hand", ADAMS))
+    halide = [j.label for j in both if j.system == "halide"]
+    assert halide == ["halide", f"halide:{ADAMS}", "halide:inline", "halide:tiled",
+                      f"halide:{ADAMS}"]
+    assert {j.column for j in both if j.system == "halide"} == {"Halide hand",
+                                                                 "Halide Adams2019"}
+    only = peers.make_jobs(["sgemm"], [], {}, (ADAMS,))
+    assert [j.variant for j in only if j.system == "halide"] == [ADAMS]
+    assert not [j for j in peers.make_jobs(["sgemm"], [], {}, ()) if j.system == "halide"]
+
+
+def test_tuned_jobs_only_for_operators_with_records():
+    peers.parse(["--quick"])
+    jobs = peers.make_jobs(["conv2d", "softmax"], ["x.jsonl"], {}, (),
+                           {"conv2d": ["conv2d"], "softmax": []})
+    assert [j.label for j in jobs if j.system == "looptune-tuned"] == ["looptune-tuned:conv2d"]
+
+
+def test_adams_reported_skipped_with_the_reason_when_halide_is_missing():
+    peers.parse(["--quick"])
+    skipped = {"halide": HALIDE_MISSING}
+    jobs = peers.make_jobs(["softmax"], [], skipped, ("hand", ADAMS))
+    assert not [j for j in jobs if j.system == "halide"]
+    results = {j: Result(times=[1e-3]) for j in jobs}
+    text = peers.table(results, ["softmax"], skipped, False, ("hand", ADAMS))
+    head, _, row = text.splitlines()
+    assert "| Halide hand ms | Halide Adams2019 ms |" in head
+    assert "| skipped | skipped |" in row
+    notes = peers.skip_notes(skipped, ("hand", ADAMS), {})
+    assert notes == [f"halide (Halide hand, Halide Adams2019): skipped: {HALIDE_MISSING}"]
+
+
+def test_auto_vs_adams_ratio_and_no_record_cell():
+    peers.parse(["--quick"])
+    results = {Job("softmax", "numpy"): Result([4e-3]),
+               Job("softmax", "halide", ADAMS): Result([3e-3]),
+               Job("softmax", "looptune-hand", "softmax"): Result([2.5e-3]),
+               Job("softmax", "looptune-tuned", "softmax"): Result([1.5e-3]),
+               Job("sgemm", "numpy"): Result([1e-3]),
+               Job("sgemm", "halide", ADAMS): Result([], ["the output differs"]),
+               Job("sgemm", "looptune-hand", "matmul"): Result([2e-3])}
+    text = peers.table(results, ["softmax", "sgemm"], {}, True, (ADAMS,),
+                       {"sgemm": "matmul: no record"})
+    head, _, softmax, sgemm = text.splitlines()
+    assert head.endswith("| looptune vs best peer | auto vs Adams2019 |")
+    assert softmax.endswith("| 1.500 | 2.00x vs Halide Adams2019 (goal 1.10x met) | "
+                            "2.00x (goal 1.50x met) |")
+    assert "| 1.000 | error | -" in sgemm and "| no record | 0.50x vs numpy | - |" in sgemm
+
+
+def test_main_without_halide_measures_no_halide_job(monkeypatch, capsys):
+    """The project's venv has no halide: the Adams column is skipped with the reason and no
+    worker is started for it (the workers are faked here)."""
+    monkeypatch.setattr(peers, "probe", lambda m: HALIDE_MISSING if m == "halide" else None)
+    started = []
+    monkeypatch.setattr(peers, "run_job",
+                        lambda job, opts: started.append(job) or {"seconds": 1e-3, "note": ""})
+    assert peers.main(["--quick", "--only", "softmax", "--rounds", "1",
+                       "--halide", "adams2019"]) == 0
+    out = capsys.readouterr().out
+    assert {j.system for j in started} == {"numpy", "torch", "looptune-hand"}
+    assert "Halide Adams2019 ms" in out and "Halide hand ms" not in out
+    assert f"halide (Halide Adams2019): skipped: {HALIDE_MISSING}" in out
+
+
+# ---- logs -------------------------------------------------------------------------------------
+
+
+def test_log_without_a_record_of_the_workload_says_so(tmp_path):
+    log = tmp_path / "softmax.jsonl"
+    log.write_text("")
+    names, why = peers.tuned_operators("softmax", (33, 77), [str(log)])
+    assert names == []
+    assert why.startswith("softmax: ") and "holds no usable correct record of softmax(33, 77" \
+        in why and "no records" in why
+
+
+@pytest.mark.slow
+def test_auto_schedule_log_times_the_auto_config_at_odd_sizes(tmp_path):
+    """A log that benchmarks/auto_schedule.py --out would write (``<op>.jsonl`` of the auto
+    task of the example's algorithm) gives the tuned job its auto-scheduled config, built
+    with peers.py's target and checked against numpy."""
+    import looptune as lt
+    from looptune.search import MeasureOption
+    args = (33, 77)
+    (op,) = peers._operators("softmax")
+    log = tmp_path / "softmax.jsonl"
+    out = op.algorithm(*args)      # as benchmarks/auto_schedule.py calls it
+    lt.search.auto_schedule(list(out) if isinstance(out, (list, tuple)) else [out], trials=2,
+                            log_file=str(log),
+                            measure_option=MeasureOption(number=1, repeat=1, n_parallel=1))
+    assert peers.tuned_operators("softmax", args, [str(log)]) == (["softmax"], "")
+    inputs, output = peers._inputs("softmax", args)
+    job = Job("softmax", "looptune-tuned", "softmax")
+    run, how = peers._looptune_call(job, args, inputs, output, 1, [str(log)])
+    assert how.startswith("auto-scheduled config #")
+    run()
+    np.testing.assert_allclose(output, op.reference_for(args)(*inputs), rtol=1e-4, atol=1e-6)
