@@ -316,8 +316,9 @@ def measure(jobs: list[Job], opts) -> dict[Job, Result]:
             else:
                 res.times.append(out["seconds"])
                 if opts.verbose:
+                    note = f" ({out['note']})" if out.get("note") else ""
                     print(f"  round {rnd + 1}: {job.workload} {job.label}: "
-                          f"{out['seconds'] * 1e3:.3f} ms", file=sys.stderr)
+                          f"{out['seconds'] * 1e3:.3f} ms{note}", file=sys.stderr)
     return results
 
 
