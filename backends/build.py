@@ -240,7 +240,7 @@ def build(s, args, target="c", name: str = "main", may_alias=()):
     intermediate buffer cannot be allocated (size overflow or out of memory; RunError in
     Python) and never aborts. ``-sanitize=address`` (and thread, leak) needs its runtime
     preloaded into the Python process (``LD_PRELOAD``); without it build raises BuildError.
-    float32 ``exp`` and ``sigmoid`` inline looptune's vectorizable exp (at most 1.03 ulp,
+    float32 ``exp`` and ``sigmoid`` inline looptune's vectorizable exp (at most 1.02 ulp,
     NaN/inf/subnormals exact: backends/c_math.py); ``-libm-exp`` calls the C library's instead.
 
     ``may_alias``: arguments (tensors of ``args``, or their names) that the caller may pass
