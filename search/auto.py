@@ -91,11 +91,14 @@ from .task import Task
 from .template import DagTemplate, find_template, register
 from .tuners import make_tuner, tuner_class
 
-SKETCH_VERSION = 6     # 2: row statistics computed per row of their output
+SKETCH_VERSION = 7     # 2: row statistics computed per row of their output
                       # 3: epilogue chains (contraction -> bias -> activation)
                       # 4: multi-level tiling, packing, the rfactor rule, sized by the machine
                       # 5: knob 'parallel' (small kernels on one thread)
                       # 6: a transpose's 2-D tile pairs the axis its load reads along
+                      # 7: a padding per parallel tile of its conv (knob <pad>.at), whole
+                      #    short reduction loops; the LLC size that gates streaming stores
+                      #    is the task machine's (in the task name), not the host's
 
 # ---- the DAG ---------------------------------------------------------------------------------
 
@@ -270,9 +273,9 @@ def _apply_choices(cfg, p: _Plan) -> None:
         elif id(st) in p.tile_fed and cfg[f"{name}.at"].val == "tile":
             cpu.per_tile(p.s, st, *tile_loops[id(p.tile_fed[id(st)])])
         elif id(st) in at_row:
-            cpu.per_row(cfg, p.s, t, p.names, at_row[id(st)], p.lanes, par)
+            cpu.per_row(cfg, p.s, t, p.names, at_row[id(st)], p.lanes, par, p.machine)
         else:
-            cpu.vectorize_parallel(cfg, p.s, t, name, id(st) in p.lanes, par)
+            cpu.vectorize_parallel(cfg, p.s, t, name, id(st) in p.lanes, par, p.machine)
 
 
 def _rows_attached(cfg, s: Schedule, stages, per_row: dict, names: dict) -> dict:
@@ -302,15 +305,16 @@ def _template_for(tensors: list[Tensor], digest: str, gpu: bool, machine: Machin
     tpl = find_template(name)
     if isinstance(tpl, DagTemplate) and tpl.holds(tensors):
         return tpl
-    options = {"gpu": gpu, "simd_bytes": machine.simd_bytes, "threads": machine.threads}
+    options = {"gpu": gpu, "simd_bytes": machine.simd_bytes, "threads": machine.threads,
+               "llc_bytes": machine.llc_bytes}
     return register(DagTemplate(name, tensors, machine_sketch, options))
 
 
 def machine_sketch(cfg, tensors: list[Tensor], gpu: bool, simd_bytes: int | None,
-                   threads: int) -> tuple[Schedule, list[Tensor]]:
+                   threads: int, llc_bytes: int | None = None) -> tuple[Schedule, list[Tensor]]:
     """:func:`sketch` for the machine of ``simd_bytes`` and ``threads``: the sketch of the
     auto tasks' :class:`DagTemplate` (whose options are JSON values, a machine's fields)."""
-    return sketch(cfg, tensors, gpu=gpu, machine=Machine(simd_bytes, threads))
+    return sketch(cfg, tensors, gpu=gpu, machine=Machine(simd_bytes, threads, llc_bytes))
 
 
 def auto_task(tensors: Sequence[Tensor], target="c") -> Task:

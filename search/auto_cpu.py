@@ -228,7 +228,8 @@ def row_knobs(cfg, op, name: str, machine: Machine) -> bool:
     return lanes_knob(cfg, op, name, machine)
 
 
-def per_row(cfg, s, T, names: dict, producers: list, lanes: set, par: bool = True) -> None:
+def per_row(cfg, s, T, names: dict, producers: list, lanes: set, par: bool = True,
+            machine: Machine | None = None) -> None:
     """Output ``T`` row by row (the loops above its last fused and parallel), its last loop
     vectorized; ``producers`` computed at the row loop, in order: row reductions rfactored
     over ``lanes`` vector lanes (the partials vectorize, then are combined), row-wise
@@ -239,7 +240,7 @@ def per_row(cfg, s, T, names: dict, producers: list, lanes: set, par: bool = Tru
     name = names[id(st)]
     if extent(axes[-1]) > 1 and cfg[f"{name}.vec"].val == "inner":
         w = cfg[f"{name}.width"].val
-        if _streams(cfg, st, name):
+        if _streams(cfg, st, name, machine):
             st.stream(axes[-1])
         else:
             st.vectorize(st.split(axes[-1], factor=w)[1] if w < extent(axes[-1]) else axes[-1])
@@ -255,9 +256,10 @@ def per_row(cfg, s, T, names: dict, producers: list, lanes: set, par: bool = Tru
 
 # ---- any other stage ---------------------------------------------------------------------------
 
-def _streams(cfg, st, name: str) -> bool:
+def _streams(cfg, st, name: str, machine: Machine | None) -> bool:
     """Does ``cfg`` choose streaming stores for stage ``st`` (where it has the knob)?"""
-    return may_stream(st.op, st.is_output) and cfg[f"{name}.stream"].val
+    llc = machine.llc_bytes if machine is not None else None
+    return may_stream(st.op, st.is_output, llc) and cfg[f"{name}.stream"].val
 
 
 def simple_knobs(cfg, op, name: str, machine: Machine, lanes: bool = True,
@@ -268,7 +270,7 @@ def simple_knobs(cfg, op, name: str, machine: Machine, lanes: bool = True,
     lanes = lanes and lanes_knob(cfg, op, name, machine)
     if not op.axis or extent(op.axis[-1]) == 1:
         return lanes
-    if may_stream(op, output):
+    if may_stream(op, output, machine.llc_bytes):
         cfg.define_knob(f"{name}.stream", [False, True])
     L = machine.lanes(op.output.dtype)
     e = extent(op.axis[-1])
@@ -284,7 +286,8 @@ def simple_knobs(cfg, op, name: str, machine: Machine, lanes: bool = True,
     return lanes
 
 
-def vectorize_parallel(cfg, s, T, name: str, has_lanes: bool, par: bool = True) -> None:
+def vectorize_parallel(cfg, s, T, name: str, has_lanes: bool, par: bool = True,
+                       machine: Machine | None = None) -> None:
     st = s[T]
     if has_lanes and cfg[f"{name}.lanes"].val > 1:
         rf = rfactor_lanes(s, st, cfg[f"{name}.lanes"].val)
@@ -301,7 +304,7 @@ def vectorize_parallel(cfg, s, T, name: str, has_lanes: bool, par: bool = True) 
             fuse_parallel(st, axes)
         return
     w = cfg[f"{name}.width"].val
-    stream = _streams(cfg, st, name)      # the whole row streamed: no width split
+    stream = _streams(cfg, st, name, machine)   # the whole row streamed: no width split
     o, i = st.split(axes[-1], factor=w) if w < extent(axes[-1]) and not stream else \
         (None, axes[-1])
     rows: list = []

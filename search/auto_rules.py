@@ -37,10 +37,12 @@ PACK_MIN_STRIDE = 4096      # bytes between a panel's rows from which the fallba
 
 @dataclass(frozen=True)
 class Machine:
-    """What the sketch sizes its tiles from: SIMD bytes (None for OpenCL) and threads."""
+    """What the sketch sizes its tiles from: SIMD bytes (None for OpenCL), threads, and the
+    last-level cache's bytes (None: unknown, or OpenCL), which gates streaming stores."""
 
     simd_bytes: int | None
     threads: int
+    llc_bytes: int | None = None
 
     def lanes(self, dtype: str) -> int:
         if self.simd_bytes is None:
@@ -49,20 +51,22 @@ class Machine:
         return max(1, self.simd_bytes // np.dtype(dtype).itemsize)
 
     def __str__(self) -> str:
-        return f"simd{self.simd_bytes}-t{self.threads}"
+        llc = f"-llc{self.llc_bytes}" if self.llc_bytes is not None else ""
+        return f"simd{self.simd_bytes}-t{self.threads}{llc}"
 
 
 def machine_of(target) -> Machine:
     """The machine the C target compiles for (vector width by ``-march``; threads by
-    ``-threads`` or the CPUs this process may use)."""
+    ``-threads`` or the CPUs this process may use; the last-level cache of this host)."""
     tgt = Target.parse(target)
     threads = int(tgt.options.get("threads", 0) or 0) or len(os.sched_getaffinity(0))
     if tgt.kind != "c":
         return Machine(None, threads)
+    llc = tgt.cache_bytes(3)
     try:
-        return Machine(tgt.vector_lanes("int8"), threads)
+        return Machine(tgt.vector_lanes("int8"), threads, llc)
     except LooptuneError:
-        return Machine(16, threads)
+        return Machine(16, threads, llc)
 
 
 # ---- patterns --------------------------------------------------------------------------------
@@ -329,17 +333,18 @@ def readers_through_inlined(s, st) -> list:
     return out
 
 
-def may_stream(op, output: bool) -> bool:
+def may_stream(op, output: bool, llc_bytes: int | None) -> bool:
     """The streaming-store rule (knob ``<stage>.stream``, False first): an output stage,
     elementwise (written once), float32/float64, vectorized along its contiguous last axis,
-    whose output is larger than the last-level cache (``Target.cache_bytes(3)``), so that its
-    lines would be evicted before anyone reads them: streaming stores save their
-    read-for-ownership (the destination's lines are not read before being written)."""
-    if not output or op.reduce_axis or not op.axis or extent(op.axis[-1]) < 2 or \
-            op.output.dtype not in STREAM_DTYPES:
+    whose output is larger than the last-level cache (``llc_bytes``, the task's machine's:
+    part of the auto task's name, so a log tuned on a machine with another cache is another
+    task), so that its lines would be evicted before anyone reads them: streaming stores save
+    their read-for-ownership (the destination's lines are not read before being written)."""
+    if llc_bytes is None or not output or op.reduce_axis or not op.axis or \
+            extent(op.axis[-1]) < 2 or op.output.dtype not in STREAM_DTYPES:
         return False
     size = math.prod(extent(a) for a in op.axis) * dt.itemsize(op.output.dtype)
-    return size > Target.parse("c").cache_bytes(3)
+    return size > llc_bytes
 
 
 # ---- knob choices ----------------------------------------------------------------------------

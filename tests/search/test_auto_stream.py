@@ -61,7 +61,29 @@ def test_no_stream_knob_where_it_cannot_pay_or_apply():
     X = lt.placeholder((4096, 4096), "int32", name="X")
     Y = lt.compute((4096, 4096), lambda i, j: X[i, j] + 1, name="Y")
     Z = lt.compute((4096, 4096), lambda i, j: X[i, j] * 2.0, name="Z")    # float32, 64 MiB
-    assert not may_stream(Y.op, True)                  # int32
-    assert not may_stream(Z.op, False)                 # not an output
-    big = 4096 * 4096 * 4 > Target.parse("c").cache_bytes(3)
-    assert may_stream(Z.op, True) is big
+    llc = Target.parse("c").cache_bytes(3)
+    assert not may_stream(Y.op, True, llc)             # int32
+    assert not may_stream(Z.op, False, llc)            # not an output
+    assert may_stream(Z.op, True, llc) is (4096 * 4096 * 4 > llc)
+    assert not may_stream(Z.op, True, None)            # no cache size (OpenCL): no knob
+
+
+def test_the_cache_size_that_gates_streaming_is_the_tasks_not_the_hosts():
+    """The LLC size is part of the auto task (its name and its template's options): a task
+    for a machine with a 1 KiB LLC has the knob on any host, and a log of one machine's task
+    is not applied to a machine with another cache."""
+    from looptune.search.auto import machine_sketch
+    from looptune.search.auto_rules import Machine, machine_of
+    from looptune.search.space import ConfigSpace
+    X = lt.placeholder((9, 517), "float32", name="X")
+    Y = lt.compute((9, 517), lambda i, j: X[i, j] * 3.0, name="Y")
+    host = machine_of("c")
+    assert host.llc_bytes == Target.parse("c").cache_bytes(3)
+    for llc, knob in ((1024, True), (1 << 30, False)):
+        sp = ConfigSpace()
+        machine_sketch(sp, [X, Y], gpu=False, simd_bytes=host.simd_bytes,
+                       threads=host.threads, llc_bytes=llc)
+        assert ("Y.stream" in sp.knobs) is knob
+    assert str(Machine(64, 2, 1024)) != str(Machine(64, 2, 2048))
+    task = auto_task([X, Y])
+    assert task.template.options["llc_bytes"] == host.llc_bytes
