@@ -53,7 +53,7 @@ def test_an_auto_task_has_a_dag_template_with_declared_fields():
     tpl = task.template
     assert isinstance(tpl, DagTemplate) and tpl.kind == "dag"
     assert tpl.tensors == tuple(args) and tpl.sketch is machine_sketch
-    assert set(tpl.options) == {"gpu", "simd_bytes", "threads"} and tpl.options["gpu"] is False
+    assert set(tpl.options) == {"gpu", "simd_bytes", "threads", "llc_bytes"} and tpl.options["gpu"] is False
     assert tpl.steps_identify_program and tpl.importable
     assert find_template(task.name) is tpl is get_template(task.name)
     assert auto_task(args).template is tpl                   # the same tensors: reused
