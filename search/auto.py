@@ -273,9 +273,9 @@ def _apply_choices(cfg, p: _Plan) -> None:
         elif id(st) in p.tile_fed and cfg[f"{name}.at"].val == "tile":
             cpu.per_tile(p.s, st, *tile_loops[id(p.tile_fed[id(st)])])
         elif id(st) in at_row:
-            cpu.per_row(cfg, p.s, t, p.names, at_row[id(st)], p.lanes, par, p.machine)
+            cpu.per_row(cfg, p.s, t, p.names, at_row[id(st)], p.lanes, p.machine, par)
         else:
-            cpu.vectorize_parallel(cfg, p.s, t, name, id(st) in p.lanes, par, p.machine)
+            cpu.vectorize_parallel(cfg, p.s, t, name, id(st) in p.lanes, p.machine, par)
 
 
 def _rows_attached(cfg, s: Schedule, stages, per_row: dict, names: dict) -> dict:

@@ -228,8 +228,8 @@ def row_knobs(cfg, op, name: str, machine: Machine) -> bool:
     return lanes_knob(cfg, op, name, machine)
 
 
-def per_row(cfg, s, T, names: dict, producers: list, lanes: set, par: bool = True,
-            machine: Machine | None = None) -> None:
+def per_row(cfg, s, T, names: dict, producers: list, lanes: set, machine: Machine,
+            par: bool = True) -> None:
     """Output ``T`` row by row (the loops above its last fused and parallel), its last loop
     vectorized; ``producers`` computed at the row loop, in order: row reductions rfactored
     over ``lanes`` vector lanes (the partials vectorize, then are combined), row-wise
@@ -256,10 +256,9 @@ def per_row(cfg, s, T, names: dict, producers: list, lanes: set, par: bool = Tru
 
 # ---- any other stage ---------------------------------------------------------------------------
 
-def _streams(cfg, st, name: str, machine: Machine | None) -> bool:
+def _streams(cfg, st, name: str, machine: Machine) -> bool:
     """Does ``cfg`` choose streaming stores for stage ``st`` (where it has the knob)?"""
-    llc = machine.llc_bytes if machine is not None else None
-    return may_stream(st.op, st.is_output, llc) and cfg[f"{name}.stream"].val
+    return may_stream(st.op, st.is_output, machine.llc_bytes) and cfg[f"{name}.stream"].val
 
 
 def simple_knobs(cfg, op, name: str, machine: Machine, lanes: bool = True,
@@ -286,8 +285,8 @@ def simple_knobs(cfg, op, name: str, machine: Machine, lanes: bool = True,
     return lanes
 
 
-def vectorize_parallel(cfg, s, T, name: str, has_lanes: bool, par: bool = True,
-                       machine: Machine | None = None) -> None:
+def vectorize_parallel(cfg, s, T, name: str, has_lanes: bool, machine: Machine,
+                       par: bool = True) -> None:
     st = s[T]
     if has_lanes and cfg[f"{name}.lanes"].val > 1:
         rf = rfactor_lanes(s, st, cfg[f"{name}.lanes"].val)
