@@ -55,10 +55,10 @@ WORKLOADS = {
     "layernorm": ("layernorm.py", (4096, 1024), (256, 1024)),
     "blur": ("blur.py", (4096, 4096), (512, 512)),
 }
-PEERS = ("numpy", "halide", "torch")
 HALIDE_VARIANTS = {"blur": ("inline", "tiled")}     # hand schedules; default ("",)
 ADAMS = "adams2019"                                 # peers_halide's auto-scheduled variant
 HALIDE_KINDS = ("hand", ADAMS)                      # --halide
+HALIDE_COLUMNS = {"hand": "Halide hand", ADAMS: "Halide Adams2019"}   # kind -> table column
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "HL_NUM_THREADS")
 
 
@@ -78,7 +78,7 @@ class Job:
     def column(self) -> str:
         """The table column that shows this job."""
         if self.system == "halide":
-            return "Halide Adams2019" if self.variant == ADAMS else "Halide hand"
+            return HALIDE_COLUMNS[ADAMS if self.variant == ADAMS else "hand"]
         return {"looptune-hand": "looptune hand", "looptune-tuned": "looptune tuned"}.get(
             self.system, self.system)
 
@@ -360,8 +360,7 @@ def _ratio(results, workload: str, peers: tuple[str, ...], mine: tuple[str, ...]
 
 def columns(halide: tuple[str, ...], with_tuned: bool) -> tuple[list[str], list[str]]:
     """(the peers' columns, looptune's) of the table."""
-    peers = ["numpy"] + ["Halide hand"] * ("hand" in halide) + \
-        ["Halide Adams2019"] * (ADAMS in halide) + ["torch"]
+    peers = ["numpy", *(HALIDE_COLUMNS[k] for k in HALIDE_KINDS if k in halide), "torch"]
     return peers, ["looptune hand"] + ["looptune tuned"] * with_tuned
 
 
@@ -378,7 +377,7 @@ def table(results: dict[Job, Result], workloads: list[str], skipped: dict[str, s
         row += [_cell(results, w, c, skipped, no_record or {}) for c in peers + mine]
         row.append(_ratio(results, w, tuple(peers), tuple(mine), 1.10, True))
         if versus_adams:
-            row.append(_ratio(results, w, ("Halide Adams2019",), ("looptune tuned",), 1.5,
+            row.append(_ratio(results, w, (HALIDE_COLUMNS[ADAMS],), ("looptune tuned",), 1.5,
                               False))
         rows.append(row)
     return "\n".join("| " + " | ".join(r) + " |" for r in rows)
@@ -390,13 +389,10 @@ def skip_notes(skipped: dict[str, str], halide: tuple[str, ...],
     out = []
     for m, reason in skipped.items():
         what = m if m != "halide" else \
-            f"halide ({', '.join(_HALIDE_COLUMN[k] for k in halide) or 'no column chosen'})"
+            f"halide ({', '.join(HALIDE_COLUMNS[k] for k in halide) or 'no column chosen'})"
         out.append(f"{what}: skipped: {reason}")
     out += [f"{w}: looptune tuned leaves out {why}" for w, why in no_record.items()]
     return out
-
-
-_HALIDE_COLUMN = {"hand": "Halide hand", ADAMS: "Halide Adams2019"}
 
 
 _ARGS: dict[str, tuple] = {}
