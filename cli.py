@@ -80,7 +80,9 @@ def cmd_tune(ns: argparse.Namespace) -> int:
                                n_parallel=ns.parallel, min_repeat_ms=ns.min_repeat_ms,
                                remeasure_top=ns.remeasure_top,
                                remeasure_rounds=ns.remeasure_rounds,
-                               noise_threshold=ns.noise_threshold or None)
+                               noise_threshold=ns.noise_threshold or None,
+                               busy_threshold=ns.busy_threshold or None,
+                               busy_wait=ns.busy_wait)
     tuner.tune(trials, opt, callbacks=[search.log_to_file(log_path), search.progress_bar()],
                early_stopping=ns.early_stopping, resume=ns.resume, seconds=ns.seconds)
     if tuner.interrupted:
@@ -89,6 +91,11 @@ def cmd_tune(ns: argparse.Namespace) -> int:
               f"best; --resume continues)", file=sys.stderr)
         return 130
     print(summarise_tuning(op, args, ns.target, str(log_path), any_host=ns.any_host))
+    if tuner.busy_runs:
+        print(f"looptune tune: {tuner.busy_runs} runs were timed while other processes kept "
+              f"more than {ns.busy_threshold:g} cores busy (their records hold noise.busy): "
+              f"configs using every core were handicapped; tune again on a quiet machine, or "
+              f"with --busy-wait S", file=sys.stderr)
     return 0
 
 
@@ -201,6 +208,16 @@ def _count(text: str) -> int:
     return v
 
 
+def _nonnegative(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = -1.0
+    if not 0 <= v < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number >= 0; got {text!r}")
+    return v
+
+
 def _op_args(sp, many: bool = False) -> None:
     if many:
         sp.add_argument("files", nargs="+", metavar="FILE", help="operator files")
@@ -255,6 +272,12 @@ def _tune_parser(sub) -> None:
     t.add_argument("--noise-threshold", type=float, default=0.1, metavar="F",
                    help="measure a candidate again when a reference kernel timed around it "
                         "drifted more than F (default: 0.1 = 10%%; 0: no noise guard)")
+    t.add_argument("--busy-threshold", type=_nonnegative, default=0.5, metavar="C",
+                   help="warn when other processes keep more than C cores busy while "
+                        "candidates are timed (default: 0.5; 0: no contention guard)")
+    t.add_argument("--busy-wait", type=_nonnegative, default=0.0, metavar="S",
+                   help="while they do, wait up to S seconds before timing each candidate "
+                        "(default: 0: only warn)")
     t.add_argument("--transfer", nargs="+", metavar="LOG", default=None,
                    help="warm-start the gbt tuner's cost model from these logs of other "
                         "tasks (e.g. other sizes of the operator)")

@@ -14,6 +14,15 @@ median (another process took the cores, the clock changed), the candidate is mea
 (up to ``noise_retries`` times) and the run with the smallest drift is kept; each result's
 ``noise`` holds that drift, and the log keeps it. :meth:`Measurer.remeasure` times configs
 again in interleaved rounds (the top configs at the end of a tune).
+
+Contention guard: a load that was there from the start and stays does not make the reference
+drift, yet it handicaps every config that runs on all cores (with one core of two taken, a
+parallel config is timed at half speed, a serial one at full speed: the tuner learns to prefer
+fewer threads). So the runner also counts the CPU time other processes used while it timed
+(search/coreload.py). When they kept more than ``busy_threshold`` cores busy over the last
+second of timing, the Measurer warns once, counts the runs measured so (``busy_runs``; each
+result's ``noise["busy"]`` holds the figure, and the log keeps it), and with ``busy_wait``
+waits up to that many seconds for the machine to calm down before timing the next candidate.
 """
 from __future__ import annotations
 
@@ -29,6 +38,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import LooptuneError
+from .coreload import ForeignProbe, LoadMeter
 from .hostlock import timing_lock
 from .jobs import builder_init, builder_job, runner_init, runner_job
 from .space import ConfigEntity
@@ -72,7 +82,9 @@ class MeasureOption:
     At the end of a tune the ``remeasure_top`` best configs are measured again in
     ``remeasure_rounds`` interleaved rounds (0: no re-measure); the best is then chosen by the
     median over each config's measurements. ``noise_threshold`` (a fraction; None: off) and
-    ``noise_retries`` control the noise guard (see the module docstring).
+    ``noise_retries`` control the noise guard; ``busy_threshold`` (cores other processes may
+    keep busy; None: off) and ``busy_wait`` (seconds to wait for them to stop before a run;
+    0: only warn) the contention guard (see the module docstring).
     """
 
     number: int = 4
@@ -91,6 +103,8 @@ class MeasureOption:
     remeasure_rounds: int = 3
     noise_threshold: float | None = 0.1
     noise_retries: int = 2
+    busy_threshold: float | None = 0.5
+    busy_wait: float = 0.0
 
     def __post_init__(self):
         if self.n_parallel is None:
@@ -117,6 +131,16 @@ class MeasureOption:
             raise LooptuneError(f"MeasureOption: noise_threshold must be a fraction in (0, 10) "
                                 f"such as 0.1 (10%), or None to turn the noise guard off; got "
                                 f"{t!r}")
+        b = self.busy_threshold
+        if b is not None and (isinstance(b, bool) or not isinstance(b, (int, float))
+                              or not b > 0):
+            raise LooptuneError(f"MeasureOption: busy_threshold must be a positive number of "
+                                f"cores such as 0.5, or None to turn the contention guard off; "
+                                f"got {b!r}")
+        w = self.busy_wait
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not w >= 0:
+            raise LooptuneError(f"MeasureOption: busy_wait must be seconds >= 0 (0: do not "
+                                f"wait); got {w!r}")
 
 
 @dataclass
@@ -133,7 +157,7 @@ class MeasureResult:
     steps: str | None = None
     flop: float | None = None
     kind: str = "measure"                  # "remeasure": a run confirming a top config
-    noise: dict | None = None              # the reference kernel's drift around this run
+    noise: dict | None = None              # the reference's drift, other processes' load
 
     @property
     def ok(self) -> bool:
@@ -174,6 +198,10 @@ class Measurer:
         self._ref_dir: str | None = None
         self.best_cost: float | None = None     # for slow_cutoff; the tuner may seed it
         self.reference_times: deque[float] = deque(maxlen=NOISE_WINDOW)
+        self.load = LoadMeter()         # other processes' cores while timing (coreload.py)
+        self.runs = 0                   # runs timed, and of those, while the machine was busy
+        self.busy_runs = 0
+        self.busy_peak = 0.0
 
     def __enter__(self) -> Measurer:
         if worker_role() != "main":
@@ -256,17 +284,22 @@ class Measurer:
         """Run ``res``'s config; with the noise guard, again while the reference kernel
         drifted past the threshold (keeping the run that drifted least)."""
         opt = self.option
+        self._wait_quiet()
         kept: tuple[float, MeasureResult] | None = None
         for attempt in range(1 + (opt.noise_retries if opt.noise_threshold else 0)):
             trial = MeasureResult(res.config, build_time=res.build_time, steps=res.steps,
                                   flop=res.flop, kind=res.kind)
             ref = self._run(trial, best)
+            busy = self._busy()
+            if busy is not None:
+                trial.noise = {"busy": round(busy, 2)}
             drift = self._drift(ref)
             if drift is None:
                 kept = (0.0, trial)
                 break
             trial.noise = {"drift": round(drift, 4), "retries": attempt,
-                           "reference_ms": [round(t * 1e3, 4) for t in ref]}
+                           "reference_ms": [round(t * 1e3, 4) for t in ref],
+                           **(trial.noise or {})}
             if kept is None or drift < kept[0]:
                 kept = (drift, trial)
             if drift <= opt.noise_threshold:
@@ -279,6 +312,51 @@ class Measurer:
         if res.ok and res.kind == "measure" and (self.best_cost is None
                                                  or res.cost < self.best_cost):
             self.best_cost = res.cost
+
+    def _busy(self) -> float | None:
+        """The cores other processes kept busy over the last second or more of timing (None
+        before a second was timed, or without a way to tell); warns the first time it is
+        over ``busy_threshold`` and counts the runs."""
+        busy, limit = self.load.cores(), self.option.busy_threshold
+        self.runs += 1
+        if busy is None or limit is None or busy <= limit:
+            return busy
+        self.busy_runs += 1
+        self.busy_peak = max(self.busy_peak, busy)
+        if self.busy_runs == 1:
+            log.warning(
+                "other processes kept %.1f of the %d cores busy while %s was being timed: a "
+                "config that runs on every core is now timed slower than it runs on a quiet "
+                "machine, so tuning favours configs with fewer threads. Tune on a quiet "
+                "machine, or let the measurer wait for one (MeasureOption(busy_wait=S), "
+                "`looptune tune --busy-wait S`)", busy, os.cpu_count() or 1, self.task.key)
+        return busy
+
+    def _wait_quiet(self) -> None:
+        """With ``busy_wait``: while other processes keep the cores busy, wait (up to that
+        many seconds, sampling the load a quarter second at a time) before the next run. Only
+        this process waits meanwhile: the builders are idle while candidates are timed."""
+        opt = self.option
+        busy = self.load.cores()
+        if not opt.busy_wait or opt.busy_threshold is None or busy is None \
+                or busy <= opt.busy_threshold:
+            return
+        log.info("contention guard: other processes keep %.1f cores busy; waiting up to %g s "
+                 "for them before timing", busy, opt.busy_wait)
+        meter, deadline = LoadMeter(), time.monotonic() + opt.busy_wait
+        while time.monotonic() < deadline:
+            probe = ForeignProbe()
+            time.sleep(min(0.25, max(0.01, deadline - time.monotonic())))
+            sample = probe.stop()
+            if sample is None:
+                return
+            meter.add(*sample)
+            now = meter.cores()
+            if now is not None and now <= opt.busy_threshold:
+                self.load = meter
+                return
+        log.warning("contention guard: other processes still keep %.1f cores busy after "
+                    "waiting %g s; timing anyway", meter.average() or 0.0, opt.busy_wait)
 
     def _drift(self, ref: list[float] | None) -> float | None:
         """The reference's largest relative deviation from its recent median (None without a
@@ -305,6 +383,8 @@ class Measurer:
             res.error_msg = _short(r.payload.get("msg", ""))
             res.costs = [float(c) for c in r.payload.get("costs", [])]
             ref = r.payload.get("ref")
+            if r.payload.get("busy"):
+                self.load.add(*r.payload["busy"])
         elif r.status == "timeout":
             res.error_kind = ErrorKind.TIMEOUT
             res.error_msg = f"running took longer than {self.option.timeout} s: {r.payload}"

@@ -91,6 +91,7 @@ class Tuner:
         self.trials = 0
         self._best_trial = 0
         self.remeasured: list[MeasureResult] = []     # re-measure runs (not trials)
+        self.busy_runs = 0          # runs of the last tune timed on a busy machine (measure.py)
         self.interrupted = False
         self.programs = ProgramSet(task)              # one measurement per distinct program
 
@@ -181,6 +182,12 @@ class Tuner:
                 for cb in callbacks:
                     getattr(cb, "finish", lambda t: None)(self)
         self.interrupted = guard.stopped
+        self.busy_runs = getattr(measurer, "busy_runs", 0)
+        if self.busy_runs:
+            log.warning("%d of the %d runs timed while tuning %s ran while other processes "
+                        "kept up to %.1f cores busy: the best config may use fewer threads "
+                        "than it would on a quiet machine; tune again on a quiet one",
+                        self.busy_runs, measurer.runs, self.task.key, measurer.busy_peak)
         if guard.stopped:
             log.warning("tuning of %s interrupted after %d trials; best so far: %s",
                         self.task.key, self.trials, self.best)

@@ -244,6 +244,9 @@ def test_every_flag_has_help():
     (["tune", MATMUL, "--seconds", "0"], "argument --seconds: must be a positive float"),
     (["tune", MATMUL, "--seconds", "inf"], "argument --seconds: must be a positive float"),
     (["tune", MATMUL, "--remeasure-top", "-1"], "must be an integer >= 0"),
+    (["tune", MATMUL, "--busy-threshold", "-1"], "argument --busy-threshold: must be a number "
+                                                 ">= 0; got '-1'"),
+    (["tune", MATMUL, "--busy-wait", "nan"], "argument --busy-wait: must be a number >= 0"),
     (["bench", MATMUL, "--repeat", "0"], "argument --repeat: must be a positive int"),
     (["tune", MATMUL, "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
 ])
