@@ -270,6 +270,21 @@ def _minmax_same(s: Simplifier, op: BinKind, a: Expr, b: Expr) -> Expr | None:
 
 
 @_rule(*_MINMAX)
+def _minmax_absorb(s: Simplifier, op: BinKind, a: Expr, b: Expr) -> Expr | None:
+    """index min(min(x, y), y) -> min(x, y) (either side, either operand; max alike);
+    min(max(x, y), x) -> x and max(min(x, y), x) -> x (absorption)"""
+    if not _both_index(a, b):
+        return None
+    for inner, other in ((a, b), (b, a)):
+        if isinstance(inner, BinOp) and other in (inner.a, inner.b):
+            if inner.op is op:
+                return inner
+            if inner.op in _MINMAX:
+                return other
+    return None
+
+
+@_rule(*_MINMAX)
 def _minmax_range(s: Simplifier, op: BinKind, a: Expr, b: Expr) -> Expr | None:
     """index min(a, b) -> a where a <= b over the ranges (-> b where a >= b); max alike."""
     if not _both_index(a, b):

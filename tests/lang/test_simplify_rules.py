@@ -85,6 +85,22 @@ def test_minmax_same_on_data():
     assert simplify(lt.max(f, f)) == f               # max(x, x) -> x, any dtype
 
 
+def test_minmax_absorption_on_indices_only():
+    mn, mx = (lambda a, b: BinOp(BinKind.MIN, a, b)), (lambda a, b: BinOp(BinKind.MAX, a, b))
+    assert simplify(mn(mn(X, Y), Y)) == mn(X, Y)     # min(min(x, y), y) -> min(x, y)
+    assert simplify(mx(X, mx(X, Y))) == mx(X, Y)     # either side, either operand
+    assert simplify(mn(mx(X, Y), X)) == X            # min(max(x, y), x) -> x
+    assert simplify(mx(Y, mn(X, Y))) == Y            # max(min(x, y), x) -> x
+    # a region extent as bound inference writes it: min(1, r) in four layers
+    r = i32(7) - X
+    nested = mn(mx(mn(mn(i32(1), r), r), mn(i32(1), r)), r)
+    assert simplify(nested) == simplify(mn(i32(1), r))
+    for x in range(-3, 12):                          # and it means the same everywhere
+        assert eval_int(nested, {X: x}) == min(1, 7 - x)
+    f, g = Var("f", "float32"), Var("g", "float32")
+    assert simplify(mn(mn(f, g), g)) == mn(mn(f, g), g)   # floats (NaN): kept
+
+
 def test_equality_by_range():
     r = {Y: (0, 7)}
     assert simplify(lt.equal(Y, 9), r) == F          # a == b -> False where a - b > 0 or < 0
