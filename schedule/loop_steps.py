@@ -359,6 +359,57 @@ class ComputeInline(Step):
 
 
 @dataclass(frozen=True, slots=True)
+class ComputeWith(Step):
+    """``s[B].compute_with(s[A], loop)``: ``parent`` names ``A``, ``loop`` its loop."""
+
+    parent: str
+    loop: str
+
+    PRIMITIVES = ("compute_with",)
+
+    def validate(self, s: Schedule) -> None:
+        st = s.stage(self.stage)
+        prim = f"compute_with({self.parent}, {self.loop})"
+        if self.parent == self.stage:
+            raise st._err(prim, "a stage cannot be fused with itself")
+        host = s.stage(self.parent)
+        host.loop(self.loop)
+        for x in (st, host):
+            if x.attach is Attach.INLINE:
+                raise st._err(prim, f"stage '{x.name}' is inlined and has no loops; compute "
+                              "it at root or at a loop first")
+        if str(st.attach) != str(host.attach):
+            raise st._err(prim, f"'{st.name}' is {st.attach} but '{host.name}' is "
+                          f"{host.attach}; fused stages are computed at the same place: "
+                          f"compute_at (or compute_root) '{st.name}' where '{host.name}' is")
+        if s._reads_transitively(host, st):
+            raise st._err(prim, f"stage '{host.name}' reads '{st.name}', so it cannot run "
+                          f"first in the fused loops; fuse the other way round: "
+                          f"s[{host.name}].compute_with(s[{st.name}], ...)")
+        if host.fused_with is not None:
+            raise st._err(prim, f"stage '{host.name}' is itself fused into "
+                          f"'{host.fused_with.stage.name}'; fuse with that stage instead")
+        for other in s.stages:
+            if other is not st and other.fused_with is not None and \
+                    other.fused_with.stage is host:
+                raise st._err(prim, f"stage '{other.name}' is already fused into "
+                              f"'{host.name}' (one stage per host)")
+            if other.fused_with is not None and other.fused_with.stage is st:
+                raise st._err(prim, f"stage '{other.name}' is fused into '{st.name}', so "
+                              f"'{st.name}' cannot be fused into another stage; fuse "
+                              f"'{other.name}' and '{st.name}' both into '{host.name}' "
+                              "is not supported either: one stage per host")
+
+    def apply(self, s: Schedule) -> None:
+        host = s.stage(self.parent)
+        s.stage(self.stage).fused_with = AttachAt(host, host.loop(self.loop))
+
+    def __str__(self) -> str:
+        return (f"{stage_ref(self.stage)}.compute_with({stage_ref(self.parent)}, "
+                f"{loop_ref(self.parent, self.loop)})")
+
+
+@dataclass(frozen=True, slots=True)
 class ComputeRoot(Step):
     """``s[P].compute_root()``."""
 

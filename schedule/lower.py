@@ -27,10 +27,11 @@ from .bound import LoopNest, interval, loop_nest, relax_leaves, root_intervals, 
 from .schedule import Schedule
 from .attach import Attach, AttachAt
 from .stage import Annot, Stage
-from .stmt import (Allocate, Buffer, For, ForKind, IfThenElse, LetStmt, Stmt, Store, seq,
-                   display_names, stmt_str)
+from .stmt import (Allocate, Buffer, For, ForKind, IfThenElse, LetStmt, Stmt, Store,
+                   display_names, seq, stmt_str)
 from .passes import (REGION_HOOKS, RegionHook, check_nesting, partition_tails, simplify_stmt,
                      unroll_loops)
+from .passes.substitute import substitute_stmt
 from .verify import verify_pass
 
 _FOR_KIND = {Annot.UNROLL: ForKind.UNROLLED, Annot.VECTORIZE: ForKind.VECTORIZED,
@@ -110,6 +111,7 @@ class _Lowering:
         self.offsets: dict[int, list[Expr]] = {}      # id(tensor) -> per-dim min (let vars)
         self.attached: dict[tuple[Stage, IterVar], list[Stage]] = defaultdict(list)
         self.lets: dict[Stage, list[tuple[Var, Expr]]] = {}
+        self.fused: dict[Stage, Stage] = {}           # compute_with: host -> fused stage
 
     # ---- 1-2: checks and inlining ------------------------------------------------------
 
@@ -125,10 +127,11 @@ class _Lowering:
                     self.readers[self.s[t]].append(st)
         arg_bufs, size_vars = self._check_args(stages)
         self._check_attach(stages)
+        self._check_fused(stages)
         for st in reversed(stages):
             self._infer(st)
         root = [st for st in stages if st.attach is Attach.ROOT]
-        stmt = seq(*(self._stage_stmt(st) for st in root))
+        stmt = seq(*(self._stage_stmt(st) for st in root if st.fused_with is None))
         for st in reversed(root):
             t = st.op.output
             if id(t) not in {id(a) for a in self.args}:
@@ -237,6 +240,70 @@ class _Lowering:
                         f"'{st.name}' outside loop '{loop.name}'; compute_at a loop that "
                         "encloses every reader, or compute_root")
             self.attached[(parent, loop)].append(st)
+
+    def _check_fused(self, stages) -> None:
+        """compute_with: what the steps could not check when they were applied (later steps
+        may have moved, split or annotated the stages since)."""
+        order = {st: k for k, st in enumerate(stages)}
+        for b in stages:
+            if b.fused_with is None:
+                continue
+            a, loop = b.fused_with.stage, b.fused_with.loop
+            prim = f"stage '{b.name}': compute_with({a.name}, {loop.name})"
+            if a.attach is Attach.INLINE or b.attach is Attach.INLINE:
+                x = a if a.attach is Attach.INLINE else b
+                raise ScheduleError(f"{prim}: stage '{x.name}' is inlined and has no loops; "
+                                    "compute it at root or at a loop")
+            if loop not in a.leaf_iter_vars:
+                raise ScheduleError(f"{prim}: loop '{loop.name}' of '{a.name}' was split or "
+                                    "fused after compute_with; fuse at one of its current "
+                                    "loops")
+            if str(a.attach) != str(b.attach):
+                raise ScheduleError(f"{prim}: '{b.name}' is {b.attach} but '{a.name}' is "
+                                    f"{a.attach}; fused stages are computed at the same place")
+            if order[a] > order[b]:
+                raise ScheduleError(f"{prim}: '{a.name}' is computed after '{b.name}'; fuse "
+                                    f"the other way round: s[{a.name}].compute_with("
+                                    f"s[{b.name}], ...)")
+            f = a.leaf_iter_vars.index(loop) + 1
+            la, lb = a.leaf_iter_vars, b.leaf_iter_vars
+            if f > len(lb):
+                raise ScheduleError(f"{prim}: that fuses {f} loops, but '{b.name}' has only "
+                                    f"{len(lb)} ({b._order_str()}); fuse at an outer loop")
+            for x, y in zip(la[:f], lb[:f]):
+                ka = a.annotations.get(x, (None,))[0]
+                kb = b.annotations.get(y, (None,))[0]
+                bad = next((k for k in (ka, kb) if k in (Annot.VECTORIZE, Annot.STREAM,
+                                                          Annot.BIND)), None)
+                if bad is not None:
+                    raise ScheduleError(f"{prim}: fused loops '{x.name}' / '{y.name}' may "
+                                        f"not be {bad.value}d (each stage's body is a "
+                                        "statement of its own); fuse at an outer loop and "
+                                        f"{bad.value} the loops inside")
+                if ka is not kb:
+                    what = lambda k: "serial" if k is None else f"{k.value}ed"  # noqa: E731
+                    raise ScheduleError(f"{prim}: fused loops differ in kind: '{x.name}' of "
+                                        f"'{a.name}' is {what(ka)}, '{y.name}' of "
+                                        f"'{b.name}' {what(kb)}; give both the same")
+            for st, leaves in ((a, la), (b, lb)):
+                for v in leaves[:f - 1]:
+                    inner = self.attached.get((st, v))
+                    if inner:
+                        raise ScheduleError(f"{prim}: stage '{inner[0].name}' is computed at "
+                                            f"'{st.name}'s loop '{v.name}', an outer fused "
+                                            "loop; compute it at the innermost fused loop "
+                                            f"('{la[f - 1].name}' / '{lb[f - 1].name}') or "
+                                            "inside")
+            between = [st for st in stages[order[a] + 1:order[b]]
+                       if str(st.attach) == str(a.attach)]
+            read = {id(ld.tensor) for ld in collect_loads(self.body[b])}
+            for st in between:
+                if id(st.op.output) in read:
+                    raise ScheduleError(f"{prim}: '{b.name}' reads '{st.name}', which is "
+                                        f"computed between '{a.name}' and '{b.name}'; fuse "
+                                        f"'{b.name}' with '{st.name}' instead, or compute "
+                                        f"'{st.name}' elsewhere")
+            self.fused[a] = b
 
     # ---- 3: bound inference ------------------------------------------------------------
 
@@ -351,9 +418,10 @@ class _Lowering:
                 kept.append(c)
         return moved, kept
 
-    def _place_guards(self, st: Stage, nest: LoopNest, where: list[Expr]):
-        """Guards per loop level (-1: outside all loops); some become loop bounds. ``where``
-        are reduction conditions whose innermost variable is a reduction loop."""
+    def _place_guards(self, st: Stage, nest: LoopNest, where: list[Expr], fused: int = 0):
+        """Guards per loop level (-1: outside all loops); some become loop bounds (not on
+        the ``fused`` outer levels, which another stage's body shares). ``where`` are
+        reduction conditions whose innermost variable is a reduction loop."""
         leaves = st.leaf_iter_vars
         depth = {v.var: k for k, v in enumerate(leaves)}
         guards: dict[int, list[Expr]] = defaultdict(list)
@@ -365,7 +433,7 @@ class _Lowering:
                     continue
             vs = [depth[v] for v in collect_vars(g) if v in depth]
             lvl = max(vs) if vs else -1
-            bound = self._as_loop_bound(g, leaves[lvl]) if lvl >= 0 else None
+            bound = self._as_loop_bound(g, leaves[lvl]) if lvl >= fused else None
             if bound is not None and st.annotations.get(leaves[lvl], (None,))[0] not in (
                     Annot.UNROLL, Annot.BIND):
                 extents[lvl] = simplify(BinOp(BinKind.MIN, extents[lvl], bound), self.ranges)
@@ -396,6 +464,8 @@ class _Lowering:
         return For(leaf.var, Const(0, "int32"), extent, kind, body, tag)
 
     def _stage_stmt(self, st: Stage) -> Stmt:
+        if st in self.fused:
+            return self._fused_stmt(st, self.fused[st])
         nest = self.nests[st]
         leaves = st.leaf_iter_vars
         core, init, where = self._core(st, nest)
@@ -410,6 +480,113 @@ class _Lowering:
                 stmt = seq(self._init_nest(st, init, guards, extents, first_red), stmt)
         stmt = _guard(guards.get(-1, []), stmt)
         return stmt
+
+    def _fused_stmt(self, a: Stage, b: Stage) -> Stmt:
+        """``a``'s nest with ``b`` fused into its outer loops (compute_with): per iteration
+        of the fused loops, ``a``'s body then ``b``'s (with ``b``'s loop variables replaced
+        by ``a``'s). Guards of a fused level wrap each stage's part, inits of reductions
+        whose first reduction loop is fused go before that fused loop."""
+        loop = b.fused_with.loop
+        f = a.leaf_iter_vars.index(loop) + 1
+        la, lb = a.leaf_iter_vars, b.leaf_iter_vars
+        prim = f"stage '{b.name}': compute_with({a.name}, {loop.name})"
+        na, nb = self.nests[a], self.nests[b]
+        lets = {v: val for st in (a, b) for v, val in self.lets.get(st, [])}
+        for x, y in zip(la[:f], lb[:f]):
+            ex, ey = na.extents[x], nb.extents[y]
+            diff = simplify(substitute(ex - ey, lets), self.ranges)
+            if not (isinstance(diff, Const) and diff.value == 0):
+                raise ScheduleError(f"{prim}: fused loops '{x.name}' of '{a.name}' (extent "
+                                    f"{expr_str(ex)}) and '{y.name}' of '{b.name}' (extent "
+                                    f"{expr_str(ey)}) differ in extent; split them alike")
+        mapping = {y.var: x.var for x, y in zip(la[:f], lb[:f])}
+        self._check_fused_reads(a, b, f, mapping, prim)
+        parts = []
+        for st, leaves in ((a, la), (b, lb)):
+            nest = self.nests[st]
+            core, init, where = self._core(st, nest)
+            self._check_stream(st, core)
+            guards, extents = self._place_guards(st, nest, where, fused=f)
+            first_red = next((k for k, v in enumerate(leaves) if v.kind is IterKind.REDUCE),
+                             None)
+            stmt = core
+            for lvl in reversed(range(f, len(leaves))):
+                stmt = _guard(guards.get(lvl, []), self._with_attached(st, leaves[lvl], stmt))
+                stmt = self._loop(st, leaves[lvl], extents[lvl], stmt)
+                if init is not None and lvl == first_red:
+                    stmt = seq(self._init_nest(st, init, guards, extents, first_red), stmt)
+            parts.append((st, leaves, stmt, init, guards, extents, first_red))
+
+        def own(k: int, lvl: int, body: Stmt) -> Stmt:
+            """Stage k's part in the innermost fused loop (``lvl``): its stages attached
+            there and ``body``, under its guards of every fused level."""
+            st, leaves, _, _, guards, _, _ = parts[k]
+            conds = [g for lv in range(-1, lvl + 1) for g in guards.get(lv, [])]
+            out = _guard(conds, self._with_attached(st, leaves[lvl], body))
+            return substitute_stmt(out, mapping) if st is b else out
+
+        stmt = seq(own(0, f - 1, parts[0][2]), own(1, f - 1, parts[1][2]))
+        for lvl in reversed(range(f)):
+            stmt = self._loop(a, la[lvl], parts[0][5][lvl], stmt)
+            inits = []
+            for st, leaves, _, init, guards, extents, first_red in parts:
+                if init is None or first_red != lvl:
+                    continue
+                conds = [g for lv in range(-1, lvl) for g in guards.get(lv, [])]
+                nest_init = _guard(conds, self._init_nest(st, init, guards, extents, lvl))
+                if st is b:
+                    nest_init = substitute_stmt(nest_init, {v: e for v, e in mapping.items()
+                                                            if any(v is y.var for y in
+                                                                   lb[:lvl])})
+                inits.append(nest_init)
+            stmt = seq(*inits, stmt)
+        return stmt
+
+    def _check_fused_reads(self, a: Stage, b: Stage, f: int, mapping: dict, prim: str):
+        """``b`` may read from ``a`` only what ``a`` computes in the same iteration of the
+        fused loops (proved on the bounds: per dimension, the interval ``b`` reads within
+        the interval ``a`` writes, the loops inside the fused ones relaxed); and if ``a``
+        is a reduction, none of its reduction loops may be fused (the value would be
+        partial)."""
+        t = a.op.output
+        loads = [ld for ld in collect_loads(self.body[b]) if ld.tensor is t]
+        if not loads:
+            return
+        la = a.leaf_iter_vars
+        red = [v.name for v in la[:f] if v.kind is IterKind.REDUCE]
+        if red:
+            raise ScheduleError(f"{prim}: '{b.name}' reads '{a.name}', whose reduction loop "
+                                f"'{red[0]}' is fused: it would read partial sums; fuse at a "
+                                "loop outside the reduction")
+        lets = {v: val for st in (a, b) for v, val in self.lets.get(st, [])}
+        na, nb = self.nests[a], self.nests[b]
+        env_a: dict = {}
+        relax_leaves(na, la[f:], env_a, self.ranges)
+        env_b: dict = {}
+        relax_leaves(nb, b.leaf_iter_vars[f:], env_b, self.ranges)
+        for iv in nb.roots:
+            r = interval(nb.values[iv.var], env_b, self.ranges)
+            env_b[iv.var] = r if r is not None else (iv.var, iv.var)
+
+        def settle(e: Expr) -> Expr:
+            return simplify(substitute(substitute(e, mapping), lets), self.ranges)
+
+        for ld in loads:
+            for d, (ax, idx) in enumerate(zip(a.op.axis, ld.indices)):
+                w = interval(na.values[ax.var], env_a, self.ranges)
+                r = interval(idx, env_b, self.ranges)
+                ok = w is not None and r is not None
+                if ok:
+                    lo = settle(r[0] - w[0])
+                    hi = settle(w[1] - r[1])
+                    ok = all(isinstance(x, Const) and x.value >= 0 for x in (lo, hi))
+                if not ok:
+                    idx_s = ", ".join(expr_str(i) for i in ld.indices)
+                    raise ScheduleError(
+                        f"{prim}: cannot show that '{b.name}' reads {t.name}[{idx_s}] (dimension "
+                        f"{d}) only where '{a.name}' writes in the same iteration of the fused "
+                        "loops; split both stages alike so that each fused iteration reads "
+                        "what it has just computed, or do not fuse them")
 
     def _check_stream(self, st: Stage, core: Stmt) -> None:
         """A streamed loop is still (after later steps) the innermost, holds no attached
@@ -452,7 +629,7 @@ class _Lowering:
         prods = self.attached.get((host, leaf), [])
         if not prods:
             return body
-        stmt = seq(*(self._stage_stmt(p) for p in prods), body)
+        stmt = seq(*(self._stage_stmt(p) for p in prods if p.fused_with is None), body)
         for p in reversed(prods):
             stmt = Allocate(self.buffers[id(p.op.output)], stmt)
         for p in reversed(prods):

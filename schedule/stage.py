@@ -38,6 +38,7 @@ class StageState:
     annotations: tuple[tuple[str, str, str | None], ...]
     attach: str
     scope: str | None
+    fused: str = ""                                # compute_with: "host.loop"
 
 
 def _relation_str(r) -> str:
@@ -59,6 +60,7 @@ class Stage:
         self.attach: AttachPoint = Attach.ROOT
         self.is_output = False
         self.scope: str | None = None         # memory scope of a cache stage's buffer
+        self.fused_with: AttachAt | None = None   # compute_with: the host stage and loop
         self.reset(op)
 
     def reset(self, op) -> None:
@@ -68,6 +70,7 @@ class Stage:
         self.all_iter_vars: list[IterVar] = list(self.leaf_iter_vars)
         self.relations: list[Split | Fuse] = []
         self.annotations: dict[IterVar, tuple[Annot, str | int | None]] = {}
+        self.fused_with = None
 
     @property
     def is_scheduled(self) -> bool:
@@ -88,7 +91,9 @@ class Stage:
             tuple(_relation_str(r) for r in self.relations),
             tuple(sorted((v.name, k.value, None if a is None else str(a))
                          for v, (k, a) in self.annotations.items())),
-            str(self.attach), self.scope)
+            str(self.attach), self.scope,
+            "" if self.fused_with is None else
+            f"{self.fused_with.stage.name}.{self.fused_with.loop.name}")
 
     def __repr__(self):
         return f"Stage({self.name})"
@@ -258,6 +263,26 @@ class Stage:
         ``P[i] = f(i)``; ``C[i] = P[i] * 2`` -> ``C[i] = f(i) * 2``
         """
         self.schedule.apply_step(ls.ComputeInline(self.name))
+
+    def compute_with(self, host: Stage, loop: IterVar) -> None:
+        """Fuse this stage's outer loops with ``host``'s loops down to ``loop``: each
+        iteration of the fused loops runs ``host``'s body for it, then this stage's (Halide's
+        ``compute_with``). Both stages are computed at the same place; the fused loops must
+        have equal extents and the same kind (serial, unrolled, or parallel over spatial
+        loops); this stage may read only what ``host`` computes in the same iteration.
+
+        ``e[j] = exp(x[j])``; ``s[r].compute_with(s[e], jo)`` with ``r += e[k]`` split like
+        ``e`` -> ``for jo: (for ji: e[..] = exp(..)); (for ki: r[ki] += e[..])``: the sum
+        reads each chunk while it is still in registers or L1.
+        """
+        prim = f"compute_with({self._name(host)}, {self._name(loop)})"
+        if not isinstance(host, Stage):
+            raise self._err(prim, f"the first argument must be a stage s[T]; got {host!r}")
+        if host.schedule is not self.schedule:
+            raise self._err(prim, f"stage '{host.name}' belongs to another schedule; use "
+                            f"s[{host.name}] of this one")
+        v = host._leaf(prim, loop)
+        self.schedule.apply_step(ls.ComputeWith(self.name, host.name, v.name))
 
     def compute_root(self) -> None:
         """Compute the whole tensor before its consumers (the default)."""
