@@ -91,13 +91,14 @@ from .task import Task
 from .template import DagTemplate, find_template, register
 from .tuners import make_tuner, tuner_class
 
-SKETCH_VERSION = 7     # 2: row statistics computed per row of their output
+SKETCH_VERSION = 8     # 2: row statistics computed per row of their output
                       # 3: epilogue chains (contraction -> bias -> activation)
                       # 4: multi-level tiling, packing, the rfactor rule, sized by the machine
                       # 5: knob 'parallel' (small kernels on one thread)
                       # 6: a transpose's 2-D tile pairs the axis its load reads along
                       # 7: a padding per parallel tile of its conv (knob <pad>.at), whole
                       #    short reduction loops; the LLC size that gates streaming stores
+                      # 8: a row sum fused into its source's loop (knob <stage>.with)
                       #    is the task machine's (in the task name), not the host's
 
 # ---- the DAG ---------------------------------------------------------------------------------
@@ -235,7 +236,8 @@ def _define_knobs(cfg, p: _Plan) -> None:
         if id(st) in p.tile_fed:
             cfg.define_knob(f"{p.names[id(st)]}.at", ["root", "tile"])
     for st in p.stages:
-        if id(st) in p.per_row and cpu.row_knobs(cfg, st.op, p.names[id(st)], p.machine):
+        if id(st) in p.per_row and cpu.row_knobs(cfg, st.op, p.names[id(st)], p.machine,
+                                                 cpu.row_source(p.s, st, p.per_row)):
             p.lanes.add(id(st))
     for st in p.rooted:
         name = p.names[id(st)]

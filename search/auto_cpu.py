@@ -6,6 +6,9 @@ defines, and how a config's choices become schedule primitives.
   loop), accumulating in a ``local`` cache_write tile or in the epilogue's; an optional packed
   operand (``cache_read`` into a contiguous panel);
 - row statistics computed per row of their output, their reductions rfactored over lanes;
+  a row sum of an elementwise stage computed at the same row may fuse its partial loop into
+  that stage's loop (``compute_with``, knob ``<stage>.with``: 0, or the columns per step), so
+  each chunk is summed while it is still in registers instead of in a second pass;
 - reductions rfactored over vector lanes where they run along contiguous memory;
 - everything else vectorized along its innermost loop (2-D tiles for transposes: the
   innermost loop by the one the transposed load reads along), its outer loops fused and
@@ -221,11 +224,39 @@ def rfactor_lanes(s, st, lanes: int, at_stage=None, at_loop=None):
 
 # ---- row statistics per row of their output ----------------------------------------------------
 
-def row_knobs(cfg, op, name: str, machine: Machine) -> bool:
+def row_knobs(cfg, op, name: str, machine: Machine, source=None) -> bool:
     """Knob ``<name>.at`` (computed per row of its output, or at root) and the lanes of its
-    reduction; returns whether it has lanes."""
+    reduction; with a ``source`` (``row_source``) and lanes, knob ``<name>.with``: the
+    columns per step of its partial loop fused into the source's loop (0: not fused).
+    Returns whether it has lanes."""
     cfg.define_knob(f"{name}.at", ["row", "root"])
-    return lanes_knob(cfg, op, name, machine)
+    lanes = lanes_knob(cfg, op, name, machine)
+    if lanes and source is not None:
+        L, n = machine.lanes(op.output.dtype), extent(op.reduce_axis[-1])
+        cfg.define_knob(f"{name}.with", [0, *(c for c in (8 * L, 16 * L, 32 * L) if c <= n)])
+    return lanes
+
+
+def row_source(s, st, per_row: dict):
+    """The elementwise stage that row reduction ``st`` reads along its one reduction loop
+    (``e[..., k]``, e's last axis as long as the loop) when both may be computed per row of
+    the same output: the stage its partial loop may be fused with. None otherwise."""
+    from ..lang.visitor import collect_loads
+    op = st.op
+    if len(op.reduce_axis) != 1 or id(st) not in per_row:
+        return None
+    k = op.reduce_axis[0]
+    for ld in collect_loads(op.body):
+        t = ld.tensor
+        if not s.has_stage(t):
+            continue
+        src = s[t]
+        if src.op.reduce_axis or not src.op.axis or per_row.get(id(src)) is not per_row[id(st)]:
+            continue
+        last = ld.indices[-1] if ld.indices else None
+        if last is k.var and extent(src.op.axis[-1]) == extent(k):
+            return src
+    return None
 
 
 def per_row(cfg, s, T, names: dict, producers: list, lanes: set, machine: Machine,
@@ -244,14 +275,32 @@ def per_row(cfg, s, T, names: dict, producers: list, lanes: set, machine: Machin
             st.stream(axes[-1])
         else:
             st.vectorize(st.split(axes[-1], factor=w)[1] if w < extent(axes[-1]) else axes[-1])
+    fused: dict[int, tuple] = {}       # id(source) -> (chunk, its reduction's name)
+    for p in producers:
+        pname = names[id(p)]
+        src = row_source(s, p, {id(x): st for x in producers}) if id(p) in lanes else None
+        if src is not None and src in producers and cfg[f"{pname}.lanes"].val > 1 and \
+                cfg[f"{pname}.with"].val:
+            fused[id(src)] = (cfg[f"{pname}.with"].val, p)
+    chunk_loop: dict[int, object] = {}
     for p in producers:
         pname = names[id(p)]
         n = cfg[f"{pname}.lanes"].val if id(p) in lanes else 1
-        if n > 1:
-            rfactor_lanes(s, p, n, st, row)
+        rf = rfactor_lanes(s, p, n, st, row) if n > 1 else None
         p.compute_at(st, row)
         if not p.op.reduce_axis and p.op.axis and extent(p.op.axis[-1]) > 1:
-            p.vectorize(p.op.axis[-1])
+            if id(p) in fused:
+                jo, ji = p.split(p.op.axis[-1], factor=fused[id(p)][0])
+                p.vectorize(ji)
+                chunk_loop[id(fused[id(p)][1])] = (p, jo, fused[id(p)][0])
+            else:
+                p.vectorize(p.op.axis[-1])
+        if rf is not None and id(p) in chunk_loop:
+            src, jo, chunk = chunk_loop[id(p)]
+            (rko,) = rf.op.reduce_axis
+            rkoo, rkoi = rf.split(rko, factor=chunk // n)
+            rf.reorder(*rf.op.axis[1:], rkoo, rkoi, rf.op.axis[0])
+            rf.compute_with(src, jo)
 
 
 # ---- any other stage ---------------------------------------------------------------------------

@@ -235,6 +235,42 @@ def test_softmax_fallback_is_fused_per_row_with_buffered_exponentials():
         check_outputs(task.instantiate(i)[0], [X, out], want)
 
 
+@pytest.mark.parametrize("N, M", [(7, 45 * 16), (3, 1000), (2, 130)])
+def test_a_row_sum_may_fuse_its_partial_loop_into_the_exp_loop_exactly(N, M):
+    """Knob ``<sum>.with``: the rfactored row sum's partial loop fused (compute_with) into
+    the loop of the exponentials it sums, ``with`` columns a step; off, or without lanes, the
+    knob is not read (one program, not several)."""
+    from looptune.search.programs import canonical
+    X = lt.placeholder((N, M), "float32", name="X")
+    k1, k2 = lt.reduce_axis(M, name="k1"), lt.reduce_axis(M, name="k2")
+    mx = lt.compute((N,), lambda i: lt.max(X[i, k1], axis=k1), name="mx")
+    e = lt.compute((N, M), lambda i, j: lt.exp(X[i, j] - mx[i]), name="e")
+    sm = lt.compute((N,), lambda i: lt.sum(e[i, k2], axis=k2), name="sm")
+    out = lt.compute((N, M), lambda i, j: e[i, j] / sm[i], name="out")
+    task = auto_task([X, out])
+    sp = task.config_space
+    chunks = sp.knobs["sm.with"].values
+    assert chunks[0] == 0 and set(chunks[1:]) <= {8 * L, 16 * L, 32 * L}
+    assert all(c <= M for c in chunks)
+
+    def want(x):
+        z = np.exp(x.astype(np.float64) - x.max(1, keepdims=True))
+        return z / z.sum(1, keepdims=True)
+    row = {"e.inline": False, "e.at": "row", "sm.at": "row"}
+    for chunk in chunks[1:]:
+        for lanes in sp.knobs["sm.lanes"].values:
+            cfg = pick_config(sp, {**row, "sm.with": chunk, "sm.lanes": lanes})
+            s, _ = task.instantiate(cfg)
+            fused = [x for x in s.steps if x.primitive == "compute_with"]
+            assert len(fused) == (lanes > 1)
+            if lanes > 1:
+                assert (fused[0].stage, fused[0].parent) == ("sm.rf", "e")
+            else:                      # nothing to fuse: the knob is not read
+                assert canonical(task, cfg)[0].index == \
+                    pick_config(sp, {**row, "sm.lanes": lanes}).index
+            check_outputs(s, [X, out], want)
+
+
 def _padded_conv(N, C, H, W, K, stride, depthwise, relu):
     """A 3x3 conv (or depthwise conv) over a zero padding (pad 1) of ``data``; ``relu``: an
     epilogue after it. Returns the tensors and the float64 numpy reference."""
