@@ -48,7 +48,7 @@ def _stages(out):
 
 def _lane_reduce(s, T, at_stage, at_loop, lanes):
     """rfactor T's reduction over ``lanes`` lanes: the partials vectorize, then T combines
-    them; both computed at ``at_loop``."""
+    them; both computed at ``at_loop``. Returns the partials' tensor."""
     (k,) = s[T].op.reduce_axis
     _ko, ki = s[T].split(k, factor=lanes)
     TF = s.rfactor(T, ki)
@@ -58,9 +58,24 @@ def _lane_reduce(s, T, at_stage, at_loop, lanes):
     (rko,) = s[TF].op.reduce_axis
     s[TF].reorder(rko, lane)
     s[TF].vectorize(lane)
+    return TF
 
 
-def _schedule(N, M, dtype, lanes, rows, buffer_exp, stream=False):
+def _fuse_sum(s, e, TF, chunk, lanes):
+    """The row sum's partial loop fused into the exp loop (compute_with), ``chunk`` columns
+    a step: each step computes ``chunk`` exponentials and adds them to the ``lanes`` partial
+    sums while they are still in registers, instead of a second pass over the row."""
+    _, ej = s[e].op.axis
+    jo, ji = s[e].split(ej, factor=chunk)
+    s[e].vectorize(ji)
+    lane, ti = s[TF].op.axis
+    (rko,) = s[TF].op.reduce_axis
+    rkoo, rkoi = s[TF].split(rko, factor=chunk // lanes)
+    s[TF].reorder(ti, rkoo, rkoi, lane)
+    s[TF].compute_with(s[e], jo)
+
+
+def _schedule(N, M, dtype, lanes, rows, buffer_exp, stream=False, fuse=0):
     x, out = algorithm(N, M, dtype)
     _, mx, e, sm, inv = _stages(out)
     s = lt.create_schedule(out)
@@ -71,12 +86,15 @@ def _schedule(N, M, dtype, lanes, rows, buffer_exp, stream=False):
         s[out].stream(j)
     else:
         s[out].vectorize(j)
-    for T in (mx, sm):
-        _lane_reduce(s, T, s[out], ii, lanes)
+    _lane_reduce(s, mx, s[out], ii, lanes)
+    TF = _lane_reduce(s, sm, s[out], ii, lanes)
     s[inv].compute_inline()   # loop-invariant in the output loop: gcc hoists it
     if buffer_exp:
         s[e].compute_at(s[out], ii)
-        s[e].vectorize(s[e].op.axis[1])
+        if fuse:
+            _fuse_sum(s, e, TF, fuse, lanes)
+        else:
+            s[e].vectorize(s[e].op.axis[1])
     else:  # recompute exp in the sum and in the divide: no buffer, twice the exps
         s[e].compute_inline()
     return s, [x, out]
@@ -89,13 +107,17 @@ def hand_schedule(N: int, M: int, dtype: str = "float32"):
 @lt.template(NAME)
 def template(cfg, N: int, M: int, dtype: str = "float32"):
     """Lanes of the rfactored reductions, rows per parallel iteration, exp buffered or
-    recomputed, streaming stores for out; the fallback config is the hand schedule."""
+    recomputed, streaming stores for out, the row sum fused into the exp loop ``fuse``
+    columns a step (0: a pass of its own); the fallback config is the hand schedule."""
     cfg.define_knob("lanes", [32, 16, 64, 8])
     cfg.define_knob("rows", [1, 2, 8])
     cfg.define_knob("buffer_exp", [True, False])
     cfg.define_knob("stream", [False, True])
-    return _schedule(N, M, dtype, cfg["lanes"].val, cfg["rows"].val, cfg["buffer_exp"].val,
-                     cfg["stream"].val)
+    cfg.define_knob("fuse", [0, 128, 256, 512])
+    buffer_exp = cfg["buffer_exp"].val
+    fuse = cfg["fuse"].val if buffer_exp else 0   # unbuffered: the sum recomputes exp
+    return _schedule(N, M, dtype, cfg["lanes"].val, cfg["rows"].val, buffer_exp,
+                     cfg["stream"].val, fuse)
 
 
 def reference(x: np.ndarray) -> np.ndarray:

@@ -122,3 +122,19 @@ def test_matmul_hand_schedule_for_avx2_is_exact():
     c = np.full((13, 45), np.nan, np.float32)
     lt.build(s, tensors, target="c -march=haswell")(a, b, c)
     np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("N, M, lanes, rows, fuse", [
+    (7, 37, 8, 1, 128), (3, 1000, 32, 2, 256), (4, 1024, 16, 1, 512), (2, 130, 64, 8, 128),
+    (7, 37, 8, 8, 128)])
+def test_softmax_with_the_row_sum_fused_into_the_exp_loop_is_exact(N, M, lanes, rows, fuse):
+    """The template's knob ``fuse``: the sum's partial loop computed with the exp loop (rows
+    per parallel iteration with a tail: the fused loops' extents are equal only once the
+    simplifier sees through bound inference's min/max)."""
+    sm = _example("softmax")
+    s, tensors = sm._schedule(N, M, "float32", lanes, rows, True, False, fuse)
+    assert any(x.primitive == "compute_with" for x in s.steps)
+    x = np.random.default_rng(2).standard_normal((N, M)).astype(np.float32) * 4
+    out = np.full_like(x, np.nan)
+    lt.build(s, tensors)(x, out)
+    np.testing.assert_allclose(out, sm.reference(x), rtol=1e-5, atol=1e-7)
