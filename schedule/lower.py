@@ -294,6 +294,15 @@ class _Lowering:
                                             "loop; compute it at the innermost fused loop "
                                             f"('{la[f - 1].name}' / '{lb[f - 1].name}') or "
                                             "inside")
+            for st in stages:
+                if st is not b and isinstance(st.attach, AttachAt) and lb and \
+                        self._within(st, b, lb[0]) and any(
+                            ld.tensor is a.op.output for ld in collect_loads(self.body[st])):
+                    raise ScheduleError(f"{prim}: stage '{st.name}', computed inside "
+                                        f"'{b.name}', reads '{a.name}'; only '{b.name}' "
+                                        "itself is checked to read what each fused iteration "
+                                        f"computed: compute '{st.name}' elsewhere, or do not "
+                                        "fuse")
             between = [st for st in stages[order[a] + 1:order[b]]
                        if str(st.attach) == str(a.attach)]
             read = {id(ld.tensor) for ld in collect_loads(self.body[b])}

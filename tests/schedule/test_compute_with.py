@@ -280,3 +280,16 @@ def test_a_stage_computed_at_an_outer_fused_loop_is_refused():
     o = np.empty_like(x)
     f(x, o)
     np.testing.assert_allclose(o, x * 2 + 1 + x - 1, rtol=1e-6)
+
+
+def test_a_stage_computed_inside_the_fused_stage_may_not_read_the_host():
+    X = lt.placeholder((8, 16), "float32", name="X")
+    P = lt.compute((8, 16), lambda i, j: X[i, j] * 2.0, name="P")
+    Q = lt.compute((8, 16), lambda i, j: P[i, j] + 1.0, name="Q")
+    R = lt.compute((8, 16), lambda i, j: Q[i, j] - X[i, j], name="R")
+    O = lt.compute((8, 16), lambda i, j: P[i, j] + R[i, j], name="O")
+    s = lt.create_schedule(O)
+    s[Q].compute_at(s[R], s[R].op.axis[1])
+    s[R].compute_with(s[P], s[P].op.axis[0])
+    with pytest.raises(ScheduleError, match="stage 'Q', computed inside 'R', reads 'P'"):
+        lt.lower(s, [X, O])
