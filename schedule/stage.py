@@ -248,13 +248,7 @@ class Stage:
         ``for i: P[i] = f(i)`` + ``for y: for x: C[y, x] = P[y] + P[y + 1]`` with
         ``compute_at(s[C], y)`` -> ``for y: (for i in y..y+1: P[i - y] = f(i)); for x: ...``
         """
-        prim = f"compute_at({self._name(parent)}, {self._name(loop)})"
-        if not isinstance(parent, Stage):
-            raise self._err(prim, f"the first argument must be a stage s[T]; got {parent!r}")
-        if parent.schedule is not self.schedule:
-            raise self._err(prim, f"stage '{parent.name}' belongs to another schedule; use "
-                            f"s[{parent.name}] of this one")
-        v = parent._leaf(prim, loop)
+        v = self._stage_loop("compute_at", parent, loop)
         self.schedule.apply_step(ls.ComputeAt(self.name, parent.name, v.name))
 
     def compute_inline(self) -> None:
@@ -275,14 +269,19 @@ class Stage:
         ``e`` -> ``for jo: (for ji: e[..] = exp(..)); (for ki: r[ki] += e[..])``: the sum
         reads each chunk while it is still in registers or L1.
         """
-        prim = f"compute_with({self._name(host)}, {self._name(loop)})"
-        if not isinstance(host, Stage):
-            raise self._err(prim, f"the first argument must be a stage s[T]; got {host!r}")
-        if host.schedule is not self.schedule:
-            raise self._err(prim, f"stage '{host.name}' belongs to another schedule; use "
-                            f"s[{host.name}] of this one")
-        v = host._leaf(prim, loop)
+        v = self._stage_loop("compute_with", host, loop)
         self.schedule.apply_step(ls.ComputeWith(self.name, host.name, v.name))
+
+    def _stage_loop(self, name: str, other: Stage, loop) -> IterVar:
+        """``other`` (a stage of this schedule) and its leaf ``loop``, checked for primitive
+        ``name``."""
+        prim = f"{name}({self._name(other)}, {self._name(loop)})"
+        if not isinstance(other, Stage):
+            raise self._err(prim, f"the first argument must be a stage s[T]; got {other!r}")
+        if other.schedule is not self.schedule:
+            raise self._err(prim, f"stage '{other.name}' belongs to another schedule; use "
+                            f"s[{other.name}] of this one")
+        return other._leaf(prim, loop)
 
     def compute_root(self) -> None:
         """Compute the whole tensor before its consumers (the default)."""
