@@ -7,8 +7,9 @@ defines, and how a config's choices become schedule primitives.
   operand (``cache_read`` into a contiguous panel);
 - row statistics computed per row of their output, their reductions rfactored over lanes;
   a row sum of an elementwise stage computed at the same row may fuse its partial loop into
-  that stage's loop (``compute_with``, knob ``<stage>.with``: 0, or the columns per step), so
-  each chunk is summed while it is still in registers instead of in a second pass;
+  that stage's loop (``compute_with``, knob ``<stage>.with``: the columns per step, 8 vectors
+  first, or 0), so each chunk is summed while it is still in registers instead of in a second
+  pass (softmax's hand schedule: 1.12-1.18x with it, 2-core Zen 4);
 - reductions rfactored over vector lanes where they run along contiguous memory;
 - everything else vectorized along its innermost loop (2-D tiles for transposes: the
   innermost loop by the one the transposed load reads along), its outer loops fused and
@@ -233,7 +234,8 @@ def row_knobs(cfg, op, name: str, machine: Machine, source=None) -> bool:
     lanes = lanes_knob(cfg, op, name, machine)
     if lanes and source is not None:
         L, n = machine.lanes(op.output.dtype), extent(op.reduce_axis[-1])
-        cfg.define_knob(f"{name}.with", [0, *(c for c in (8 * L, 16 * L, 32 * L) if c <= n)])
+        fused = [c for c in (8 * L, 16 * L, 32 * L) if c <= n]
+        cfg.define_knob(f"{name}.with", [*fused[:1], 0, *fused[1:]])
     return lanes
 
 
