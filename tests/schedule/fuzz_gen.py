@@ -224,8 +224,12 @@ def _compute_with(s, st, rng, bad):
     """Fuse ``st`` into a stage computed at the same place, at one of its outer loops (most
     picks are refused at lowering: unequal extents, or reads of what the host has not yet
     computed; the rest are the legal fusions, checked against numpy like every case)."""
-    same = [h for h in _live_stages(s) if h is not st and str(h.attach) == str(st.attach)]
-    host = _choice(rng, same if same and not bad else list(s.stages))
+    order = {x: k for k, x in enumerate(s.stages)}
+    hosts = [h for h in _live_stages(s) if h is not st and str(h.attach) == str(st.attach)
+             and order[h] < order[st] and not s._reads_transitively(h, st)]
+    if not hosts and not bad:
+        return None                    # nothing computed at the same place to fuse with
+    host = _choice(rng, hosts if hosts and not bad else list(s.stages))
     leaves = host.leaf_iter_vars
     prefer = leaves[:int(rng.integers(1, 3))] if leaves and rng.random() < 0.7 else None
     loop = _loop(s, host, rng, bad and rng.random() < 0.3, prefer)
@@ -247,7 +251,7 @@ LOOP_PRIMITIVES = {  # name -> (weight, picker(s, stage, rng, bad) -> (text, thu
     "vectorize": (1.5, _annotate("vectorize")), "parallel": (1.0, _annotate("parallel")),
     "stream": (0.8, _annotate("stream")),
     "compute_at": (3.0, _compute_at), "compute_inline": (1.5, _compute_inline),
-    "compute_root": (0.3, _compute_root), "compute_with": (0.8, _compute_with),
+    "compute_root": (0.3, _compute_root), "compute_with": (1.0, _compute_with),
 }
 
 

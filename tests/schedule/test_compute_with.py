@@ -293,3 +293,60 @@ def test_a_stage_computed_inside_the_fused_stage_may_not_read_the_host():
     s[R].compute_with(s[P], s[P].op.axis[0])
     with pytest.raises(ScheduleError, match="stage 'Q', computed inside 'R', reads 'P'"):
         lt.lower(s, [X, O])
+
+
+def _random_fusion(seed):
+    """A random legal fusion: two stages computed at the same place, split alike (random
+    factors, tails included), fused at a random depth, random annotations inside."""
+    rng = np.random.default_rng(seed)
+    N, M = int(rng.integers(1, 40)), int(rng.integers(1, 70))
+    w = chain(N, M)
+    s = w.schedule()
+    b1, b2 = s[w["B1"]], s[w["B2"]]
+    fi, fj = int(rng.integers(1, 9)), int(rng.integers(1, 17))
+    split_rows, split_cols = bool(rng.random() < 0.5), bool(rng.random() < 0.7)
+    for st in (b1, b2):
+        i, j = st.op.axis
+        rows = st.split(i, factor=fi) if split_rows else (i,)
+        cols = st.split(j, factor=fj) if split_cols else (j,)
+        st.reorder(*rows[:1], *cols[:1], *rows[1:], *cols[1:])
+    depth = int(rng.integers(1, len(b1.leaf_iter_vars)))       # leave a loop inside
+    par = bool(rng.random() < 0.5)
+    for st in (b1, b2):
+        leaves = st.leaf_iter_vars
+        if par:
+            st.parallel(leaves[0])
+        if rng.random() < 0.6:
+            st.vectorize(leaves[-1])
+        elif rng.random() < 0.5 and (leaves[-1].extent.value if hasattr(leaves[-1].extent,
+                                                                        "value") else 99) <= 16:
+            st.unroll(leaves[-1])
+    b2.compute_with(b1, b1.leaf_iter_vars[depth - 1])
+    return w, s
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_legal_fusions_are_exact(seed):
+    w, s = _random_fusion(seed)
+    w.check(s)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_random_softmax_sum_fusions_are_exact(seed):
+    """The examples' softmax with random lanes, columns per fused step, rows per parallel
+    iteration and sizes (tails in every loop)."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    import softmax as sm
+    rng = np.random.default_rng(1000 + seed)
+    N, M = int(rng.integers(1, 12)), int(rng.integers(1, 300))
+    lanes = int(rng.choice([4, 8, 16, 32]))
+    chunk = lanes * int(rng.choice([1, 2, 4, 8]))
+    rows = int(rng.choice([1, 2, 3]))
+    s, tensors = sm._schedule(N, M, "float32", lanes, rows, True, bool(rng.random() < 0.2),
+                              chunk)
+    x = (rng.standard_normal((N, M)) * 4).astype(np.float32)
+    out = np.full_like(x, np.nan)
+    lt.build(s, tensors)(x, out)
+    np.testing.assert_allclose(out, sm.reference(x), rtol=1e-5, atol=1e-7)
