@@ -305,10 +305,15 @@ class _Lowering:
                                         "fuse")
             between = [st for st in stages[order[a] + 1:order[b]]
                        if str(st.attach) == str(a.attach)]
-            read = {id(ld.tensor) for ld in collect_loads(self.body[b])}
+            inside = [st for st in stages if st is b or (
+                isinstance(st.attach, AttachAt) and lb and self._within(st, b, lb[0]))]
             for st in between:
-                if id(st.op.output) in read:
-                    raise ScheduleError(f"{prim}: '{b.name}' reads '{st.name}', which is "
+                reader = next((r for r in inside if any(
+                    ld.tensor is st.op.output for ld in collect_loads(self.body[r]))), None)
+                if reader is not None:
+                    via = "" if reader is b else f" (through '{reader.name}', computed " \
+                        "inside it)"
+                    raise ScheduleError(f"{prim}: '{b.name}' reads '{st.name}'{via}, which is "
                                         f"computed between '{a.name}' and '{b.name}'; fuse "
                                         f"'{b.name}' with '{st.name}' instead, or compute "
                                         f"'{st.name}' elsewhere")

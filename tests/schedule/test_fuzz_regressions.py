@@ -149,3 +149,24 @@ def test_printer_keeps_plain_names_for_sibling_loops():
     text = str(lt.lower(s, op.args))
     assert "#" not in text, text
     assert text.count("\n  for i in [0, 11):") == 4, text
+
+
+def test_fuzz_446306991_a_fused_stage_reading_through_a_cache_what_runs_later_is_refused():
+    """Seed 446306991 (session 5, fresh base 446305814): rowsum fused into rowmax at i read
+    expx through expx.local (a cache_read computed inside rowsum), but expx was computed
+    between rowmax and rowsum: every output was garbage. The check of stages between host and
+    fused stage now covers what the stages computed inside the fused one read."""
+    steps = ('[["split", "rowsum", ["k2", null, 2]], ["fuse", "expx", ["i", "j"]], '
+             '["split", "expx", ["i.j.fused", 16, null]], '
+             '["compute_with", "rowsum", ["rowmax", "i"]], '
+             '["split", "expx", ["i.j.fused.inner", 4, null]], '
+             '["split", "expx", ["i.j.fused.outer", 8, null]], '
+             '["reorder", "expx", ["i.j.fused.inner.outer", "i.j.fused.outer.outer", '
+             '"i.j.fused.inner.inner", "i.j.fused.outer.inner"]], '
+             '["cache_read", "expx", ["local", ["rowsum"]]], '
+             '["compute_at", "expx.local", ["rowsum", "i"]]]')
+    op, s = replay_case("softmax", {"N": 5, "M": 9}, steps)
+    with pytest.raises(lt.ScheduleError, match="'rowsum' reads 'expx' \\(through 'expx.local', "
+                       "computed inside it\\), which is computed between 'rowmax' and "
+                       "'rowsum'"):
+        lt.lower(s, op.args)
