@@ -294,10 +294,11 @@ class _Lowering:
                                             "loop; compute it at the innermost fused loop "
                                             f"('{la[f - 1].name}' / '{lb[f - 1].name}') or "
                                             "inside")
-            for st in stages:
-                if st is not b and isinstance(st.attach, AttachAt) and lb and \
-                        self._within(st, b, lb[0]) and any(
-                            ld.tensor is a.op.output for ld in collect_loads(self.body[st])):
+            inside = [st for st in stages if st is b or (
+                isinstance(st.attach, AttachAt) and lb and self._within(st, b, lb[0]))]
+            for st in inside:
+                if st is not b and any(ld.tensor is a.op.output
+                                       for ld in collect_loads(self.body[st])):
                     raise ScheduleError(f"{prim}: stage '{st.name}', computed inside "
                                         f"'{b.name}', reads '{a.name}'; only '{b.name}' "
                                         "itself is checked to read what each fused iteration "
@@ -305,8 +306,6 @@ class _Lowering:
                                         "fuse")
             between = [st for st in stages[order[a] + 1:order[b]]
                        if str(st.attach) == str(a.attach)]
-            inside = [st for st in stages if st is b or (
-                isinstance(st.attach, AttachAt) and lb and self._within(st, b, lb[0]))]
             for st in between:
                 reader = next((r for r in inside if any(
                     ld.tensor is st.op.output for ld in collect_loads(self.body[r]))), None)
@@ -480,20 +479,25 @@ class _Lowering:
     def _stage_stmt(self, st: Stage) -> Stmt:
         if st in self.fused:
             return self._fused_stmt(st, self.fused[st])
-        nest = self.nests[st]
+        nest = self._own_loops(st, 0)
+        return _guard(nest.guards.get(-1, []), nest.stmt)
+
+    def _own_loops(self, st: Stage, start: int) -> _OwnLoops:
+        """``st``'s loops from level ``start`` inward around its core (with its attached
+        stages, tail guards and reduction init); the outer ``start`` levels are left to the
+        caller (compute_with shares them with another stage: no guard becomes their bound)."""
         leaves = st.leaf_iter_vars
-        core, init, where = self._core(st, nest)
+        core, init, where = self._core(st, self.nests[st])
         self._check_stream(st, core)
-        guards, extents = self._place_guards(st, nest, where)
+        guards, extents = self._place_guards(st, self.nests[st], where, fused=start)
         first_red = next((k for k, v in enumerate(leaves) if v.kind is IterKind.REDUCE), None)
         stmt = core
-        for lvl in reversed(range(len(leaves))):
+        for lvl in reversed(range(start, len(leaves))):
             stmt = _guard(guards.get(lvl, []), self._with_attached(st, leaves[lvl], stmt))
             stmt = self._loop(st, leaves[lvl], extents[lvl], stmt)
             if init is not None and lvl == first_red:
                 stmt = seq(self._init_nest(st, init, guards, extents, first_red), stmt)
-        stmt = _guard(guards.get(-1, []), stmt)
-        return stmt
+        return _OwnLoops(stmt, init, guards, extents, first_red)
 
     def _fused_stmt(self, a: Stage, b: Stage) -> Stmt:
         """``a``'s nest with ``b`` fused into its outer loops (compute_with): per iteration
@@ -514,49 +518,36 @@ class _Lowering:
                                     f"{expr_str(ex)}) and '{y.name}' of '{b.name}' (extent "
                                     f"{expr_str(ey)}) differ in extent; split them alike")
         mapping = {y.var: x.var for x, y in zip(la[:f], lb[:f])}
-        self._check_fused_reads(a, b, f, mapping, prim)
-        parts = []
-        for st, leaves in ((a, la), (b, lb)):
-            nest = self.nests[st]
-            core, init, where = self._core(st, nest)
-            self._check_stream(st, core)
-            guards, extents = self._place_guards(st, nest, where, fused=f)
-            first_red = next((k for k, v in enumerate(leaves) if v.kind is IterKind.REDUCE),
-                             None)
-            stmt = core
-            for lvl in reversed(range(f, len(leaves))):
-                stmt = _guard(guards.get(lvl, []), self._with_attached(st, leaves[lvl], stmt))
-                stmt = self._loop(st, leaves[lvl], extents[lvl], stmt)
-                if init is not None and lvl == first_red:
-                    stmt = seq(self._init_nest(st, init, guards, extents, first_red), stmt)
-            parts.append((st, leaves, stmt, init, guards, extents, first_red))
+        self._check_fused_reads(a, b, f, mapping, lets, prim)
+        parts = {st: self._own_loops(st, f) for st in (a, b)}
 
-        def own(k: int, lvl: int, body: Stmt) -> Stmt:
-            """Stage k's part in the innermost fused loop (``lvl``): its stages attached
-            there and ``body``, under its guards of every fused level."""
-            st, leaves, _, _, guards, _, _ = parts[k]
-            conds = [g for lv in range(-1, lvl + 1) for g in guards.get(lv, [])]
-            out = _guard(conds, self._with_attached(st, leaves[lvl], body))
+        def own(st: Stage, leaves: list) -> Stmt:
+            """``st``'s part in the innermost fused loop: its stages attached there and its
+            own loops, under its guards of every fused level."""
+            nest = parts[st]
+            conds = [g for lv in range(-1, f) for g in nest.guards.get(lv, [])]
+            out = _guard(conds, self._with_attached(st, leaves[f - 1], nest.stmt))
             return substitute_stmt(out, mapping) if st is b else out
 
-        stmt = seq(own(0, f - 1, parts[0][2]), own(1, f - 1, parts[1][2]))
+        stmt = seq(own(a, la), own(b, lb))
         for lvl in reversed(range(f)):
-            stmt = self._loop(a, la[lvl], parts[0][5][lvl], stmt)
+            stmt = self._loop(a, la[lvl], parts[a].extents[lvl], stmt)
             inits = []
-            for st, leaves, _, init, guards, extents, first_red in parts:
-                if init is None or first_red != lvl:
+            for st, nest in parts.items():
+                if nest.init is None or nest.first_red != lvl:
                     continue
-                conds = [g for lv in range(-1, lvl) for g in guards.get(lv, [])]
-                nest_init = _guard(conds, self._init_nest(st, init, guards, extents, lvl))
+                conds = [g for lv in range(-1, lvl) for g in nest.guards.get(lv, [])]
+                nest_init = _guard(conds, self._init_nest(st, nest.init, nest.guards,
+                                                          nest.extents, lvl))
                 if st is b:
-                    nest_init = substitute_stmt(nest_init, {v: e for v, e in mapping.items()
-                                                            if any(v is y.var for y in
-                                                                   lb[:lvl])})
+                    nest_init = substitute_stmt(nest_init, {y.var: x.var for x, y in
+                                                            zip(la[:lvl], lb[:lvl])})
                 inits.append(nest_init)
             stmt = seq(*inits, stmt)
         return stmt
 
-    def _check_fused_reads(self, a: Stage, b: Stage, f: int, mapping: dict, prim: str):
+    def _check_fused_reads(self, a: Stage, b: Stage, f: int, mapping: dict, lets: dict,
+                           prim: str):
         """``b`` may read from ``a`` only what ``a`` computes in the same iteration of the
         fused loops (proved on the bounds: per dimension, the interval ``b`` reads within
         the interval ``a`` writes, the loops inside the fused ones relaxed); and if ``a``
@@ -572,7 +563,6 @@ class _Lowering:
             raise ScheduleError(f"{prim}: '{b.name}' reads '{a.name}', whose reduction loop "
                                 f"'{red[0]}' is fused: it would read partial sums; fuse at a "
                                 "loop outside the reduction")
-        lets = {v: val for st in (a, b) for v, val in self.lets.get(st, [])}
         na, nb = self.nests[a], self.nests[b]
         env_a: dict = {}
         relax_leaves(na, la[f:], env_a, self.ranges)
@@ -650,6 +640,18 @@ class _Lowering:
             for v, val in reversed(self.lets[p]):
                 stmt = LetStmt(v, val, stmt)
         return stmt
+
+
+@dataclass
+class _OwnLoops:
+    """A stage's loops from some level inward (``_Lowering._own_loops``), and what the
+    levels outside them still need: its guards and extents per level, its reduction init."""
+
+    stmt: Stmt
+    init: Stmt | None
+    guards: dict[int, list[Expr]]
+    extents: list[Expr]
+    first_red: int | None
 
 
 def _guard(conds: list[Expr], body: Stmt) -> Stmt:
