@@ -7,13 +7,14 @@ read once from memory and out written once. The sum's partial loop is computed w
 loop (``compute_with``), 128 columns a step: each chunk of exponentials is added to the
 partial sums while still in registers, so the row is passed over three times, not four
 (0.987 against 1.105-1.165 ms at 4096 x 1024, 2 threads, quiet Zen 4, in one process and in
-fresh processes; 256 and 512 columns a step gain less; the template's knob ``fuse``). Both reductions are rfactored over 32 lanes
-(split j by 32, rfactor the inner part): the partial max / sum runs as a vectorized loop
-over the row with two vector accumulators that hide the add latency (2.96 vs 3.15 ms with 16
-lanes, one Zen 4 core, CPU time), and only 32 partials are combined per row. exp is the C
-backend's inlined float32 exp (backends/c_math.py, <= 1.02 ulp, exact subnormals; glibc's
-libmvec, which ``-libm-exp`` selects, is up to 2.64 ulp off): per element the exp is most of
-the kernel's work, as it is of torch's, whose 4 passes per row are the same. Every loop over
+fresh processes; 256 and 512 columns a step gain less; the template's knob ``fuse``). Both
+reductions are rfactored over 32 lanes (split j by 32, rfactor the inner part): the partial
+max / sum runs as a vectorized loop over the row with two vector accumulators that hide the
+add latency (2.96 vs 3.15 ms with 16 lanes, one Zen 4 core, CPU time), and only 32 partials
+are combined per row. exp is the C backend's inlined float32 exp (backends/c_math.py, <= 1.02
+ulp, exact subnormals; glibc's libmvec, which ``-libm-exp`` selects, is up to 2.64 ulp off):
+per element the exp is most of the kernel's work, as it is of torch's, which passes over each
+row four times. Every loop over
 columns is vectorized; the 32-lane split's tail is guarded, so any row length is exact.
 Streaming stores for out (``s[out].stream(j)``, the template's knob ``stream``) do not pay
 here: 0.79x at 4096 x 1024 and 0.80x at 16384 x 1024 (64 MiB, larger than the 32 MiB L3),

@@ -98,8 +98,8 @@ SKETCH_VERSION = 8     # 2: row statistics computed per row of their output
                       # 6: a transpose's 2-D tile pairs the axis its load reads along
                       # 7: a padding per parallel tile of its conv (knob <pad>.at), whole
                       #    short reduction loops; the LLC size that gates streaming stores
-                      # 8: a row sum fused into its source's loop (knob <stage>.with)
                       #    is the task machine's (in the task name), not the host's
+                      # 8: a row sum fused into its source's loop (knob <stage>.with)
 
 # ---- the DAG ---------------------------------------------------------------------------------
 

@@ -277,14 +277,14 @@ def per_row(cfg, s, T, names: dict, producers: list, lanes: set, machine: Machin
             st.stream(axes[-1])
         else:
             st.vectorize(st.split(axes[-1], factor=w)[1] if w < extent(axes[-1]) else axes[-1])
-    fused: dict[int, tuple] = {}       # id(source) -> (chunk, its reduction's name)
+    at_row = {id(x): st for x in producers}
+    fused: dict[int, tuple] = {}       # id(source) -> (its row sum, columns per step)
     for p in producers:
         pname = names[id(p)]
-        src = row_source(s, p, {id(x): st for x in producers}) if id(p) in lanes else None
-        if src is not None and src in producers and cfg[f"{pname}.lanes"].val > 1 and \
-                cfg[f"{pname}.with"].val:
-            fused[id(src)] = (cfg[f"{pname}.with"].val, p)
-    chunk_loop: dict[int, object] = {}
+        src = row_source(s, p, at_row) if id(p) in lanes else None
+        if src is not None and cfg[f"{pname}.lanes"].val > 1 and cfg[f"{pname}.with"].val:
+            fused[id(src)] = (p, cfg[f"{pname}.with"].val)
+    chunk_loop: dict[int, tuple] = {}  # id(row sum) -> (its source, the step loop, columns)
     for p in producers:
         pname = names[id(p)]
         n = cfg[f"{pname}.lanes"].val if id(p) in lanes else 1
@@ -292,9 +292,10 @@ def per_row(cfg, s, T, names: dict, producers: list, lanes: set, machine: Machin
         p.compute_at(st, row)
         if not p.op.reduce_axis and p.op.axis and extent(p.op.axis[-1]) > 1:
             if id(p) in fused:
-                jo, ji = p.split(p.op.axis[-1], factor=fused[id(p)][0])
+                red, chunk = fused[id(p)]
+                jo, ji = p.split(p.op.axis[-1], factor=chunk)
                 p.vectorize(ji)
-                chunk_loop[id(fused[id(p)][1])] = (p, jo, fused[id(p)][0])
+                chunk_loop[id(red)] = (p, jo, chunk)
             else:
                 p.vectorize(p.op.axis[-1])
         if rf is not None and id(p) in chunk_loop:
