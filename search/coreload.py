@@ -82,10 +82,6 @@ class LoadMeter:
         while len(self._samples) > 1 and self._wall - self._samples[0][1] >= self.window:
             self._wall -= self._samples.popleft()[1]
 
-    def clear(self) -> None:
-        self._samples.clear()
-        self._wall = 0.0
-
     def cores(self) -> float | None:
         if self._wall < self.window or self._wall <= 0:
             return None
