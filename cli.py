@@ -80,6 +80,7 @@ def cmd_tune(ns: argparse.Namespace) -> int:
                                n_parallel=ns.parallel, min_repeat_ms=ns.min_repeat_ms,
                                remeasure_top=ns.remeasure_top,
                                remeasure_rounds=ns.remeasure_rounds,
+                               remeasure_fresh=not ns.remeasure_one_process,
                                noise_threshold=ns.noise_threshold or None,
                                busy_threshold=ns.busy_threshold or None,
                                busy_wait=ns.busy_wait)
@@ -269,6 +270,10 @@ def _tune_parser(sub) -> None:
                    help="at the end, measure the K best configs again (default: 3; 0: no)")
     t.add_argument("--remeasure-rounds", type=_positive(int), default=3, metavar="R",
                    help="interleaved rounds of that re-measure (default: 3)")
+    t.add_argument("--remeasure-one-process", action="store_true",
+                   help="run every re-measure round in the tuning's runner process (default: "
+                        "each round in a new one, with new arrays: a memory-bound kernel's "
+                        "time depends on where its arrays lie)")
     t.add_argument("--noise-threshold", type=float, default=0.1, metavar="F",
                    help="measure a candidate again when a reference kernel timed around it "
                         "drifted more than F (default: 0.1 = 10%%; 0: no noise guard)")

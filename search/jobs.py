@@ -96,9 +96,13 @@ def _output_arrays(tensors) -> dict[int, np.ndarray]:
         if isinstance(t.op, PlaceholderOp):
             continue
         d = np.dtype(t.dtype)
-        fill = np.nan if d.kind == "f" else (True if d.kind == "b" else np.iinfo(d).max)
-        out[k] = np.full(_shape(t), fill, dtype=d)
+        out[k] = np.full(_shape(t), _canary(d), dtype=d)
     return out
+
+
+def _canary(d: np.dtype):
+    """The value an output is prefilled with: one a kernel is unlikely to compute."""
+    return np.nan if d.kind == "f" else (True if d.kind == "b" else np.iinfo(d).max)
 
 
 class RunnerState:
@@ -112,6 +116,7 @@ class RunnerState:
         self.reference: dict[int, np.ndarray] | None = None
         if option.check_correctness:
             self.reference = self._reference(tensors, ref_dir)
+        self._outputs: dict[int, np.ndarray] | None = None
         self.noise_kernel: NoiseReference | None = None
         if getattr(option, "noise_threshold", None):
             try:
@@ -119,6 +124,17 @@ class RunnerState:
             except Exception as e:  # noqa: BLE001 - without it the guard is off, not the run
                 print(f"looptune: the noise guard is off: its reference kernel failed: "
                       f"{type(e).__name__}: {e}", file=sys.stderr)
+
+    def arrays(self, tensors) -> list[np.ndarray]:
+        """The arguments of a call: the inputs and the output arrays, refilled with canaries.
+        Every candidate gets the same arrays, so placement (measure.py) is alike for all."""
+        if self._outputs is None:
+            self._outputs = _output_arrays(tensors)
+        else:
+            for k, a in self._outputs.items():
+                a.fill(_canary(a.dtype))
+        return [self.inputs[k] if k in self.inputs else self._outputs[k]
+                for k in range(len(tensors))]
 
     def _reference(self, tensors, ref_dir: str | None) -> dict[int, np.ndarray]:
         path = os.path.join(ref_dir, "reference.npz") if ref_dir else None
@@ -187,14 +203,13 @@ def runner_job(state: RunnerState, job: tuple) -> dict[str, Any]:
     task, opt = state.task, state.option
     s, tensors = task.instantiate(task.config_space.get(index))
     f = build(s, tensors, target=task.target, name=task.func_name)
-    outs = _output_arrays(tensors)
-    arrays = [state.inputs[k] if k in state.inputs else outs[k] for k in range(len(tensors))]
+    arrays = state.arrays(tensors)
     t0 = time.perf_counter()
     f(*arrays)
     first = time.perf_counter() - t0
     if state.reference is not None:
         for k, ref in state.reference.items():
-            msg = compare(tensors[k].name, outs[k], ref, opt.rtol, opt.atol)
+            msg = compare(tensors[k].name, arrays[k], ref, opt.rtol, opt.atol)
             if msg:
                 return {"kind": "wrong_result", "msg": msg}
     if (best is not None and opt.slow_cutoff is not None and first * 1e3 > opt.cutoff_min_ms

@@ -169,6 +169,17 @@ class WorkerPool:
             w.kill()
         self._workers = []
 
+    def renew(self) -> None:
+        """Replace every worker by a fresh process (its state is built again by ``init_fn``)."""
+        for k in range(len(self._workers)):
+            w = self._workers[k]
+            try:
+                w.conn.send(None)
+                w.proc.wait(1.0)
+            except (OSError, ValueError, subprocess.TimeoutExpired):
+                pass
+            self._restart(k)
+
     def _restart(self, k: int) -> None:
         self._workers[k].kill()
         self._workers[k] = _Worker(self)

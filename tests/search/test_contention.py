@@ -256,3 +256,7 @@ def test_the_cli_passes_the_contention_settings_and_reports_busy_runs(tmp_path, 
     assert main(["tune", matmul, "--args", "16,16,16", "--tuner", "random", "--trials", "2",
                  "--log", str(tmp_path / "u.jsonl"), "--busy-threshold", "0"]) == 0
     assert seen["opt"].busy_threshold is None and seen["opt"].busy_wait == 0.0
+    assert seen["opt"].remeasure_fresh is True
+    assert main(["tune", matmul, "--args", "16,16,16", "--tuner", "random", "--trials", "2",
+                 "--log", str(tmp_path / "v.jsonl"), "--remeasure-one-process"]) == 0
+    assert seen["opt"].remeasure_fresh is False

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from looptune.errors import LooptuneError
@@ -291,3 +292,36 @@ def test_a_users_own_openmp_settings_win(tmp_path, env, shown):
     settings, display = _probe(env, tmp_path)
     assert settings["chosen_by"] == "user" and shown in display
     assert "GOMP_SPINCOUNT = '0'" not in display
+
+
+# ---- placement: one set of arrays per runner, a new runner per re-measure round -------------
+
+def test_the_runner_times_every_candidate_on_the_same_arrays_refilled_with_canaries(task):
+    from looptune.search.jobs import RunnerState
+    state = RunnerState(task, MeasureOption(n_parallel=1, noise_threshold=None), None)
+    _, tensors = task.instantiate(None)
+    first = state.arrays(tensors)
+    out = next(k for k in range(len(tensors)) if k not in state.inputs)
+    first[out][...] = 7.0                       # what a candidate wrote
+    again = state.arrays(tensors)
+    assert again[out] is first[out]             # same placement for the next candidate
+    assert np.isnan(again[out]).all()           # but an element it never writes is a mismatch
+    assert all(again[k] is state.inputs[k] for k in state.inputs)
+
+
+@pytest.mark.parametrize("fresh", [True, False])
+def test_each_remeasure_round_runs_in_a_new_runner_process(task, fresh):
+    cfgs = [task.config_space.get(i) for i in (1, 2)]
+    opt = MeasureOption(n_parallel=1, number=1, repeat=1, noise_threshold=None,
+                        remeasure_fresh=fresh)
+    with Measurer(task, opt) as m:
+        assert all(r.ok for r in m.measure(cfgs))
+        before = m._runner.restarts
+        out = list(m.remeasure(cfgs, 3))
+        assert all(r.ok and r.kind == "remeasure" for r in out) and len(out) == 6
+        assert m._runner.restarts - before == (3 if fresh else 0)
+
+
+def test_remeasure_fresh_must_be_a_bool():
+    with pytest.raises(LooptuneError, match="remeasure_fresh must be True or False"):
+        MeasureOption(remeasure_fresh="yes")
