@@ -9,11 +9,7 @@
                                                     C[io*4 + ii] = 0.0f
 
 The candidates are ``min(c, e)``/``max(c, e)`` with ``c`` constant and guards ``if cond``, in
-the variables of the loops and lets around them only. When the condition reads no variable but
-the loop's own and fails at one iteration only (the last tile, typically), the tail branch is
-specialised to that iteration: ``for ii in [0, 10 - io*4)`` above becomes ``for ii in [0, 2)``,
-so the tail too gets constant extents (a short vector, unrolled) instead of a loop whose trip
-count the C compiler cannot know. Both branches hold a copy of the body,
+the variables of the loops and lets around them only. Both branches hold a copy of the body,
 its lets included (the same Vars: they are in different scopes). A target may keep some bodies
 whole (``region_hook``): a GPU target's work-group regions, whose barriers every work-item must
 reach, are never duplicated.
@@ -23,11 +19,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from ...lang.expr import BinKind, BinOp, Const, Expr, Var
-from ...lang.simplify import simplify
-from ...lang.visitor import ExprMutator, ExprVisitor, collect_vars, substitute
+from ...lang.visitor import ExprMutator, ExprVisitor, collect_vars
 from ..stmt import EMPTY, For, IfThenElse, Stmt, StmtMutator, StmtVisitor
-from .simplify import simplify_stmt
-from .substitute import substitute_stmt
 
 
 class RegionHook(Protocol):
@@ -50,7 +43,6 @@ def register_region_hook(kind: str, hook: RegionHook) -> None:
 MAX_TAIL_CONDS = 3           # candidates per loop
 MAX_PARTITION_DEPTH = 3      # at most 2**3 versions of a loop body
 MAX_PARTITION_SIZE = 400     # statements; larger bodies keep their guards
-MAX_TAIL_SCAN = 256          # iterations scanned for the one where the tail runs
 
 
 class _Candidates(ExprVisitor):
@@ -154,30 +146,8 @@ class _Partition(StmtMutator):
                 slow_v = _other_side(m) if isinstance(m, BinOp) and m.op in (
                     BinKind.MIN, BinKind.MAX) else Const(False, "bool")
                 body = _ReplaceExpr({m: slow_v}).visit(body)
-            at = _only_failure(cond, s)
-            if at is not None:      # the tail runs at iteration ``at`` only
-                body = simplify_stmt(substitute_stmt(body, {s.var: at}))
             body = IfThenElse(cond, fast, body)
         return For(s.var, s.min, s.extent, s.kind, body, s.tag)
-
-
-def _only_failure(cond: Expr, loop: For) -> Const | None:
-    """The one value of ``loop``'s variable at which ``cond`` is false, when ``cond`` reads
-    no other variable, the loop's bounds are constant and short enough to scan; else None."""
-    if collect_vars(cond) != {loop.var} or not isinstance(loop.min, Const) or \
-            not isinstance(loop.extent, Const) or loop.extent.value > MAX_TAIL_SCAN:
-        return None
-    at = None
-    for v in range(loop.min.value, loop.min.value + loop.extent.value):
-        val = Const(v, loop.var.dtype)
-        r = simplify(substitute(cond, {loop.var: val}))
-        if not isinstance(r, Const):
-            return None
-        if not r.value:
-            if at is not None:
-                return None
-            at = val
-    return at
 
 
 def _const_side(m: BinOp) -> Const:
