@@ -170,15 +170,11 @@ class WorkerPool:
         self._workers = []
 
     def renew(self) -> None:
-        """Replace every worker by a fresh process (its state is built again by ``init_fn``)."""
-        for k in range(len(self._workers)):
-            w = self._workers[k]
-            try:
-                w.conn.send(None)
-                w.proc.wait(1.0)
-            except (OSError, ValueError, subprocess.TimeoutExpired):
-                pass
-            self._restart(k)
+        """Replace every worker by a fresh process (its state is built again by ``init_fn``):
+        the workers are stopped as ``close`` stops them, then started anew."""
+        self.close()
+        self._workers = [_Worker(self) for _ in range(self.n)]
+        self.restarts += self.n
 
     def _restart(self, k: int) -> None:
         self._workers[k].kill()
