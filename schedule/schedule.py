@@ -1,11 +1,11 @@
 """The Schedule: one Stage per compute of a DAG, in producer-before-consumer order."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from ..errors import ScheduleError
 from ..lang.expr import IterVar
-from ..lang.tensor import ComputeOp, PlaceholderOp, Tensor
+from ..lang.tensor import ComputeOp, Operation, PlaceholderOp, Tensor
 from .stage import Stage, StageState
 from .steps import Step
 
@@ -188,11 +188,15 @@ class Schedule:
 
 
 def create_schedule(outputs) -> Schedule:
-    """A schedule computing ``outputs`` (a tensor or a list) with every stage at root."""
-    outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+    """A schedule computing ``outputs`` (a tensor, its operation ``t.op`` as in TVM, or a list
+    of them) with every stage at root."""
+    single = isinstance(outputs, (Tensor, Operation)) or not isinstance(outputs, Iterable)
+    outs = [outputs] if single else list(outputs)
+    outs = [t.output if isinstance(t, Operation) else t for t in outs]
     for t in outs:
         if not isinstance(t, Tensor):
-            raise ScheduleError(f"create_schedule: expected tensors; got {t!r}")
+            raise ScheduleError(f"create_schedule: expected the output tensors (or their "
+                                f"operations, t.op); got {t!r}")
         if isinstance(t.op, PlaceholderOp):
             raise ScheduleError(f"create_schedule: '{t.name}' is a placeholder; schedule the "
                                 "computes that produce your outputs")

@@ -397,7 +397,8 @@ def test_create_schedule_of_a_placeholder(mm):
 
 
 def test_create_schedule_of_a_non_tensor():
-    with pytest.raises(ScheduleError, match=r"create_schedule: expected tensors; got 3"):
+    with pytest.raises(ScheduleError, match=r"create_schedule: expected the output tensors "
+                                            r"\(or their operations, t.op\); got 3"):
         lt.create_schedule([3])
 
 
@@ -451,3 +452,13 @@ def test_symbolic_size_not_bound_by_any_argument():
     with pytest.raises(ScheduleError, match=r"lower: the size n of stage 'Y' does not appear in "
                                             r"any argument's shape"):
         lt.lower(s, [X, Z])
+
+
+def test_create_schedule_takes_operations_as_tvm_does_and_names_anything_else(mm):
+    w, s, C, i, j, k = mm
+    by_op = lt.create_schedule(C.op)
+    assert [s.name for s in by_op.stages] == [s.name for s in lt.create_schedule(C).stages]
+    assert lt.create_schedule([C.op]).outputs == [C]
+    for bad in (3, "C", [C, 3]):
+        with pytest.raises(ScheduleError, match=r"create_schedule: expected the output tensors"):
+            lt.create_schedule(bad)
