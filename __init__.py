@@ -1,6 +1,7 @@
 """looptune: a Halide/TVM-style scheduling language with search."""
 from __future__ import annotations
 
+from . import runtime_env  # noqa: F401  (first: the thread pools' settings, before numpy loads)
 from .errors import BuildError, GraphError, LangError, LooptuneError, RunError, ScheduleError
 from .lang import Tensor, compute, const, placeholder, reduce_axis, var
 from .lang.ops import (all, any, cast, ceil, cos, equal, erf, exp, fabs, floor, if_then_else,

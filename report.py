@@ -4,10 +4,18 @@ Every timing here is honest in the same way: the same inputs (a fixed seed) for 
 numpy, the looptune output checked against the numpy reference before it is timed, and the
 sides timed in **interleaved rounds** (:func:`interleaved`): each round times every side once
 (a block of calls lasting ``MIN_REPEAT_MS``), in an order rotated from round to round, after a
-pause that lets the other library's idle threads go to sleep. Neither side ever runs while
-the other's threads are busy, and a slow drift of the machine hits every side alike. Each side
-is printed as the median over the rounds and its spread (half the range of the rounds, as a
-percentage of the median).
+pause that lets the other library's idle threads go to sleep (``SETTLE_S``; OpenBLAS's spin
+for about 0.1 s after each call) and then ``WARMUP_MS`` of untimed calls of the side about to
+be timed. Neither side ever runs while the other's threads are busy, each is timed at the
+steady speed of back-to-back calls (as the tuner's runner times candidates), and a slow drift
+of the machine hits every side alike. Each side is printed as the median over the rounds and
+its spread (half the range of the rounds, as a percentage of the median).
+
+Why the warm-up: right after a pause, a multi-threaded kernel runs slower for a while (on a
+2-core KVM guest, a 0.17 ms 2-thread kernel ran ~0.33 ms per call for the first 50-100 ms
+after a 0.3 s sleep under the passive OpenMP policy: the sleeping threads' cores idle and
+wake), so a block timed right after the pause measured the wake-up, not the kernel
+(``benchmarks/threadpools.py``'s ``woken`` line shows it).
 """
 from __future__ import annotations
 
@@ -27,6 +35,7 @@ from .operators import CLIError, Operator, best_record, instantiate, parse_args
 
 MIN_REPEAT_MS = 50.0
 SETTLE_S = 0.2
+WARMUP_MS = 100.0
 
 
 @dataclass
@@ -52,27 +61,37 @@ class Timing:
 def interleaved(calls: dict[str, Callable[[], object]], rounds: int) -> dict[str, Timing]:
     """Time each of ``calls`` in ``rounds`` interleaved rounds (see the module docstring)."""
     from .backends.module import time_callable
-    per_block = {name: _calls_per_block(fn) for name, fn in calls.items()}
     out: dict[str, list[float]] = {name: [] for name in calls}
     names = list(calls)
     for r in range(max(1, rounds)):
         k = r % len(names)
         for name in names[k:] + names[:k]:
             time.sleep(SETTLE_S)
-            out[name] += time_callable(calls[name], per_block[name], 1).results
+            per_call = _warm_up(calls[name], WARMUP_MS)
+            number = max(1, min(1 << 20, math.ceil(MIN_REPEAT_MS / 1e3 / per_call)))
+            out[name] += time_callable(calls[name], number, 1, warmup=0).results
     return {name: Timing(ts) for name, ts in out.items()}
 
 
-def _calls_per_block(fn: Callable[[], object]) -> int:
-    fn()
-    t0 = time.perf_counter()
-    fn()
-    dt = max(time.perf_counter() - t0, 1e-7)
-    return max(1, min(1 << 20, math.ceil(MIN_REPEAT_MS / 1e3 / dt)))
+def _warm_up(fn: Callable[[], object], ms: float) -> float:
+    """Call ``fn`` back to back for ``ms`` milliseconds (at least twice), untimed; the seconds
+    per call of the last half of those calls (the rate once warm)."""
+    t_start = time.perf_counter()
+    stamps = [t_start]
+    while len(stamps) < 3 or (stamps[-1] - t_start) * 1e3 < ms:
+        fn()
+        stamps.append(time.perf_counter())
+    half = len(stamps) // 2
+    return max((stamps[-1] - stamps[half]) / (len(stamps) - 1 - half), 1e-7)
 
 
 def _omp_note() -> str:
-    from .backends.module import openmp_settings
+    from .runtime_env import blas_settings, openmp_settings
+    blas = blas_settings()
+    if blas["loaded_before_looptune"] and blas["chosen_by"] == "looptune":
+        return ("\n(note: numpy was imported before looptune, so its OpenBLAS kept its own "
+                "idle-thread spin of ~0.1 s: a looptune kernel called right after numpy's BLAS "
+                "shares the cores with it; import looptune first)")
     st = openmp_settings()
     if st["runtime_loaded_before_looptune"]:
         return ("\n(note: the OpenMP runtime was loaded before looptune was imported, with the "
@@ -111,6 +130,19 @@ def _check(op: Operator, reference, f, inputs, outputs, args) -> None:
                            f"(max abs error {err:.3g}); not timing a wrong kernel")
 
 
+def _fast_call(f, args) -> Callable[[], object]:
+    """``f(*args)`` as a user calls it in a hot loop: the arguments checked once
+    (``CModule.bind``), as numpy's ``a @ b`` checks little; the checked call where a module
+    cannot bind them (OpenCL, a size only the checked call can bind)."""
+    bind = getattr(f, "bind", None)
+    if bind is not None:
+        try:
+            return bind(*args)
+        except TypeError:          # a symbolic size no argument holds on its own
+            pass
+    return lambda: f(*args)
+
+
 def timed_side_by_side(op: Operator, args_: tuple, schedules: dict, target: str,
                        rounds: int) -> tuple[dict[str, Timing], float]:
     """Build each of ``schedules`` ({label: (schedule, tensors)}), check it against numpy,
@@ -125,7 +157,7 @@ def timed_side_by_side(op: Operator, args_: tuple, schedules: dict, target: str,
         f = lt.build(s, tensors, target=target, name=op.c_name)
         inputs, outputs, args = make_arrays(tensors)
         _check(op, reference, f, inputs, outputs, args)
-        calls[label] = (lambda f=f, args=args: f(*args))
+        calls[label] = _fast_call(f, args)
         flop = float(count_flop(tensors) or 0)
     calls["numpy"] = lambda: reference(*inputs)
     return interleaved(calls, rounds), flop

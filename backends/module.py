@@ -158,55 +158,10 @@ def time_callable(run, number: int = 10, repeat: int = 5, min_repeat_ms: float =
     return TimeResult(res)
 
 
-# ---- the OpenMP runtime's wait policy ----------------------------------------------------
-#
-# By default libgomp's idle threads spin for about GOMP_SPINCOUNT=300000 pauses after every
-# parallel region (milliseconds): in one process, numpy's BLAS called right after a looptune
-# kernel then runs on fewer free cores, and our kernel timed right after BLAS competes with its
-# spinning threads. libgomp reads its settings once, when it is loaded (the first parallel
-# kernel), so they are chosen here, when the C backend is imported; a user's own OMP_WAIT_POLICY
-# or GOMP_SPINCOUNT always wins. benchmarks/threadpools.py measures the effect.
+# ---- the OpenMP runtime's wait policy: chosen in ..runtime_env, when looptune is imported ---
 
-OPENMP_DEFAULTS = {"OMP_WAIT_POLICY": "passive"}
-_OPENMP_USER_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
-_OPENMP_MARK = "LOOPTUNE_OPENMP_DEFAULTS"      # set when looptune chose the settings
-
-
-def configure_openmp_runtime() -> dict[str, str]:
-    """Set looptune's OpenMP wait policy in the environment unless the user set one; returns
-    what was set. Worker processes inherit it (and the mark that looptune chose it)."""
-    import os
-    if any(v in os.environ for v in _OPENMP_USER_VARS) and _OPENMP_MARK not in os.environ:
-        return {}
-    os.environ.update(OPENMP_DEFAULTS)
-    os.environ[_OPENMP_MARK] = "1"
-    return dict(OPENMP_DEFAULTS)
-
-
-def openmp_settings() -> dict[str, str | bool | None]:
-    """The wait-policy settings the OpenMP runtime starts (or started) with in this process,
-    who chose them (``"looptune"`` or ``"user"``), and whether libgomp was already loaded when
-    looptune was imported (then the runtime kept what it had read before)."""
-    import os
-    out: dict[str, str | bool | None] = {v: os.environ.get(v) for v in _OPENMP_USER_VARS}
-    out["chosen_by"] = "looptune" if os.environ.get(_OPENMP_MARK) else "user"
-    out["runtime_loaded_before_looptune"] = _GOMP_PRELOADED
-    return out
-
-
-def _gomp_loaded() -> bool:
-    """Whether the system's libgomp (the one our kernels link) is already loaded; the copies
-    that wheels vendor (``libgomp-<hash>.so``) are other runtimes with their own settings."""
-    import re
-    try:
-        with open("/proc/self/maps") as f:
-            return re.search(r"/libgomp\.so", f.read()) is not None
-    except OSError:
-        return False
-
-
-_GOMP_PRELOADED = _gomp_loaded()
-configure_openmp_runtime()
+from ..runtime_env import (OPENMP_DEFAULTS, configure_openmp_runtime,  # noqa: E402,F401
+                           openmp_settings)
 
 # Pinning: unloading the OpenMP runtime while its idle threads still run its code kills the
 # process with SIGSEGV. With OMP_WAIT_POLICY=active they spin forever, so a process that ran a

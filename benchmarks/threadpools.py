@@ -10,6 +10,8 @@ starts):
 - ``mixed``: in one process, ``--rounds`` rounds of looptune kernel, numpy sgemm, looptune
   kernel, each timed right after the other (no sleep in between), as a program that mixes them
   runs;
+- ``woken``: looptune's block, then numpy's, each after a 0.2 s sleep (a kernel called now
+  and then, not in a hot loop): what a call costs while the threads and cores wake up;
 - ``idle``: the CPU time the idle pool threads burn in the 50 ms after one call of each side
   (spinning): what one library's threads take from the other, a figure that hardly depends on
   the rest of the machine's load, unlike the times above.
@@ -17,11 +19,17 @@ starts):
 and under each OpenMP policy:
 
 - ``default``: what looptune does now (nothing set by the user: looptune sets
-  ``OMP_WAIT_POLICY=passive`` before the runtime starts, see ``backends/module.py``);
+  ``OMP_WAIT_POLICY=passive`` and ``OPENBLAS_THREAD_TIMEOUT=18`` before the runtimes start,
+  see ``runtime_env.py``);
 - ``gomp``: libgomp's own default (``GOMP_SPINCOUNT=300000`` given explicitly, so looptune
   leaves the runtime alone): idle OpenMP threads spin for a while after each parallel region;
 - ``active``: ``OMP_WAIT_POLICY=active`` (idle threads spin without end);
-- ``spin10k``: ``GOMP_SPINCOUNT=10000`` (a short spin, then sleep).
+- ``spin1k``, ``spin3k``, ``spin10k``, ``spin30k``: ``GOMP_SPINCOUNT`` 1000 to 30000 (a short
+  spin, then sleep);
+- ``passive``: ``OMP_WAIT_POLICY=passive`` given explicitly (the same as ``default``);
+- ``openblas-own``: looptune's OpenMP default, but OpenBLAS's own idle-thread timeout
+  (``OPENBLAS_THREAD_TIMEOUT=28``: its threads spin about 0.1 s after each call) instead of
+  looptune's 18 (see ``runtime_env.py``).
 
 The table shows each side's median milliseconds per call (with the spread: half the
 interquartile range of the blocks, as a percentage) and its ratio to the solo speed under the
@@ -39,8 +47,13 @@ import subprocess
 import sys
 
 POLICIES = {"default": {}, "gomp": {"GOMP_SPINCOUNT": "300000"},
-            "active": {"OMP_WAIT_POLICY": "active"}, "spin10k": {"GOMP_SPINCOUNT": "10000"}}
-OMP_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "LOOPTUNE_OPENMP_DEFAULTS")
+            "active": {"OMP_WAIT_POLICY": "active"}, "spin10k": {"GOMP_SPINCOUNT": "10000"},
+            "spin1k": {"GOMP_SPINCOUNT": "1000"}, "spin3k": {"GOMP_SPINCOUNT": "3000"},
+            "spin30k": {"GOMP_SPINCOUNT": "30000"},
+            "passive": {"OMP_WAIT_POLICY": "passive"},
+            "openblas-own": {"OPENBLAS_THREAD_TIMEOUT": "28"}}
+OMP_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "LOOPTUNE_OPENMP_DEFAULTS",
+            "OPENBLAS_THREAD_TIMEOUT", "LOOPTUNE_BLAS_DEFAULTS")
 
 
 def _kernel(n: int):
@@ -85,8 +98,12 @@ def _idle_cpu(run) -> float:
     return max(0.0, (time.process_time() - p0) - (time.thread_time() - t0))
 
 
+WOKEN_SLEEP_S = 0.2
+
+
 def child(scenario: str, n: int, rounds: int, calls: int) -> dict:
     """Run one scenario in this process; {"looptune": [s...], "numpy": [s...], "env": ...}."""
+    import time
     from looptune.search.jobs import pin_openmp_runtime
     pin_openmp_runtime()       # spinning threads (the active policy) must not see it unloaded
     ours, theirs = _kernel(n)
@@ -97,6 +114,13 @@ def child(scenario: str, n: int, rounds: int, calls: int) -> dict:
     elif scenario == "solo-numpy":
         theirs()
         out["numpy"] = [_block(theirs, calls) for _ in range(rounds)]
+    elif scenario == "woken":
+        ours(), theirs()
+        for _ in range(rounds):
+            time.sleep(WOKEN_SLEEP_S)
+            out["looptune"].append(_block(ours, calls))
+            time.sleep(WOKEN_SLEEP_S)
+            out["numpy"].append(_block(theirs, calls))
     elif scenario == "idle":
         ours(), theirs()
         out["looptune"] = [_idle_cpu(ours) for _ in range(rounds)]
@@ -107,8 +131,8 @@ def child(scenario: str, n: int, rounds: int, calls: int) -> dict:
             out["looptune"].append(_block(ours, calls))
             out["numpy"].append(_block(theirs, calls))
             out["looptune"].append(_block(ours, calls))
-    from looptune.backends.module import openmp_settings
-    out["env"] = openmp_settings()
+    from looptune.runtime_env import blas_settings, openmp_settings
+    out["env"] = {**openmp_settings(), **blas_settings()}
     return out
 
 
@@ -152,12 +176,15 @@ def main() -> None:
         solo_n = run_scenario(policy, "solo-numpy", a)
         mixed = run_scenario(policy, "mixed", a)
         idle = run_scenario(policy, "idle", a)
+        woken = run_scenario(policy, "woken", a)
         sl, sn = statistics.median(solo_l["looptune"]), statistics.median(solo_n["numpy"])
         print(f"\npolicy {policy}: the runtime started with {mixed['env']}")
         print(f"  solo   looptune {_fmt(solo_l['looptune'], None)}   numpy "
               f"{_fmt(solo_n['numpy'], None)}")
         print(f"  mixed  looptune {_fmt(mixed['looptune'], sl)}   numpy "
               f"{_fmt(mixed['numpy'], sn)}")
+        print(f"  woken  looptune {_fmt(woken['looptune'], sl)}   numpy "
+              f"{_fmt(woken['numpy'], sn)}")
         ms = IDLE_WINDOW_S * 1e3
         print(f"  CPU ms burnt by idle threads in the {ms:.0f} ms after a call: looptune "
               f"{statistics.median(idle['looptune']) * 1e3:.2f}, numpy "

@@ -325,3 +325,57 @@ def test_each_remeasure_round_runs_in_a_new_runner_process(task, fresh):
 def test_remeasure_fresh_must_be_a_bool():
     with pytest.raises(LooptuneError, match="remeasure_fresh must be True or False"):
         MeasureOption(remeasure_fresh="yes")
+
+
+# ---- OpenBLAS's idle threads --------------------------------------------------------------
+
+_BLAS_PROBE = """
+import sys, time, json
+if sys.argv[1] == "numpy-first":
+    import numpy
+import looptune
+import numpy as np
+from looptune.runtime_env import blas_settings
+a = np.ones((1024, 1024), np.float32)
+a @ a
+burnt = []
+for _ in range(3):
+    a @ a
+    p0, t0 = time.process_time(), time.thread_time()
+    time.sleep(0.05)
+    burnt.append((time.process_time() - p0) - (time.thread_time() - t0))
+print(json.dumps({**blas_settings(), "idle_cpu_s": sorted(burnt)[1]}))
+"""
+
+
+def _blas_probe(order: str, env_extra: dict) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OPENBLAS_THREAD_TIMEOUT", "LOOPTUNE_BLAS_DEFAULTS")}
+    env.update(env_extra)
+    p = subprocess.run([sys.executable, "-c", _BLAS_PROBE, order], env=env,
+                       capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def _threaded_openblas() -> bool:
+    import numpy as np
+    cfg = np.show_config(mode="dicts") if "mode" in np.show_config.__code__.co_varnames else {}
+    blas = str(cfg.get("Build Dependencies", {}).get("blas", {}).get("name", ""))
+    return "openblas" in blas.lower() and (os.cpu_count() or 1) >= 2
+
+
+def test_looptune_shortens_openblas_idle_spin_unless_the_user_chose_one():
+    """OpenBLAS's idle threads spin ~0.1 s after each call (on 2 cores our kernel then ran at
+    half speed right after numpy's sgemm): imported first, looptune sets its timeout, and the
+    idle threads stop burning CPU; the user's own setting wins; imported after numpy it is
+    too late, and blas_settings says so."""
+    ours = _blas_probe("looptune-first", {})
+    assert ours["OPENBLAS_THREAD_TIMEOUT"] == "18" and ours["chosen_by"] == "looptune"
+    assert ours["loaded_before_looptune"] is False
+    theirs = _blas_probe("looptune-first", {"OPENBLAS_THREAD_TIMEOUT": "28"})
+    assert theirs["OPENBLAS_THREAD_TIMEOUT"] == "28" and theirs["chosen_by"] == "user"
+    late = _blas_probe("numpy-first", {})
+    assert late["loaded_before_looptune"] is True
+    if _threaded_openblas():
+        # CPU time (not wall time): what the idle threads take, whatever else the machine runs
+        assert ours["idle_cpu_s"] < 0.008 and theirs["idle_cpu_s"] > 0.015, (ours, theirs)
