@@ -270,6 +270,8 @@ def tuned_operators(workload: str, args: tuple, logs: list[str]) -> tuple[list[s
 def run_job(job: Job, opts) -> dict:
     """One measurement in a fresh process: {"seconds", "note"} or {"error"}."""
     env = dict(os.environ, **{v: str(opts.threads) for v in THREAD_VARS})
+    if not job.system.startswith("looptune") and env.pop("LOOPTUNE_BLAS_DEFAULTS", None):
+        env.pop("OPENBLAS_THREAD_TIMEOUT", None)   # the peers run with their own BLAS settings
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker",
            json.dumps([job.workload, job.system, job.variant]), "--threads", str(opts.threads)]
     cmd += ["--quick"] if opts.quick else []

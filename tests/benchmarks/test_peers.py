@@ -169,3 +169,25 @@ def test_auto_schedule_log_times_the_auto_config_at_odd_sizes(tmp_path):
     assert how.startswith("auto-scheduled config #")
     run()
     np.testing.assert_allclose(output, op.reference_for(args)(*inputs), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("system, kept", [("numpy", False), ("torch", False),
+                                          ("looptune-hand", True)])
+def test_the_peers_run_with_their_own_blas_settings(monkeypatch, system, kept):
+    """looptune's OPENBLAS_THREAD_TIMEOUT (set at import) reaches only looptune's own jobs;
+    a user's own setting (no looptune mark) reaches every job."""
+    import subprocess
+    seen = {}
+
+    def fake_run(cmd, env, **kw):
+        seen.update(env)
+        return subprocess.CompletedProcess(cmd, 0, '{"seconds": 1.0, "note": ""}', "")
+    monkeypatch.setattr(peers.subprocess, "run", fake_run)
+    opts = peers.parse(["--threads", "2"])
+    monkeypatch.setenv("OPENBLAS_THREAD_TIMEOUT", "18")
+    monkeypatch.setenv("LOOPTUNE_BLAS_DEFAULTS", "1")
+    peers.run_job(Job("sgemm", system), opts)
+    assert ("OPENBLAS_THREAD_TIMEOUT" in seen) == kept
+    monkeypatch.delenv("LOOPTUNE_BLAS_DEFAULTS")           # the user's own setting
+    peers.run_job(Job("sgemm", system), opts)
+    assert seen["OPENBLAS_THREAD_TIMEOUT"] == "18"
