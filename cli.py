@@ -78,7 +78,7 @@ def cmd_tune(ns: argparse.Namespace) -> int:
               f"tasks", file=sys.stderr)
     opt = search.MeasureOption(number=ns.number, repeat=ns.repeat, timeout=ns.timeout,
                                n_parallel=ns.parallel, min_repeat_ms=ns.min_repeat_ms,
-                               remeasure_top=ns.remeasure_top,
+                               warmup_ms=ns.warmup_ms, remeasure_top=ns.remeasure_top,
                                remeasure_rounds=ns.remeasure_rounds,
                                remeasure_fresh=not ns.remeasure_one_process,
                                noise_threshold=ns.noise_threshold or None,
@@ -266,6 +266,9 @@ def _tune_parser(sub) -> None:
                    help="timed repeats per candidate; its cost is their median (default: 3)")
     t.add_argument("--min-repeat-ms", type=float, default=0.0,
                    help="raise --number until a repeat lasts this long (default: 0)")
+    t.add_argument("--warmup-ms", type=_nonnegative, default=50.0, metavar="MS",
+                   help="untimed calls of each candidate before it is timed, for about MS "
+                        "ms (default: 50; a parallel kernel's threads wake up meanwhile)")
     t.add_argument("--remeasure-top", type=_count, default=3, metavar="K",
                    help="at the end, measure the K best configs again (default: 3; 0: no)")
     t.add_argument("--remeasure-rounds", type=_positive(int), default=3, metavar="R",

@@ -218,6 +218,7 @@ def runner_job(state: RunnerState, job: tuple) -> dict[str, Any]:
                 "msg": f"timing cut short: the first call took {first * 1e3:.3f} ms, over "
                        f"{opt.slow_cutoff:g}x the best so far ({best * 1e3:.3f} ms)"}
     probe = ForeignProbe()       # the other processes' CPU time meanwhile (coreload.py)
+    warm_up(f, arrays, opt.warmup_ms)
     if not guard:
         out = {"kind": "none", "costs": _time(f, arrays, opt)}
     else:
@@ -266,10 +267,22 @@ def _flush_cache() -> None:
     _FLUSH += 1.0
 
 
+def warm_up(f, arrays, ms: float) -> int:
+    """Call ``f`` untimed for about ``ms`` milliseconds (at least once) so that its threads,
+    and the cores they run on, are awake when it is timed; returns the calls made."""
+    t_end = time.perf_counter() + ms / 1e3
+    calls = 0
+    while True:
+        f.time(*arrays, number=1, repeat=1, warmup=0)
+        calls += 1
+        if time.perf_counter() >= t_end:
+            return calls
+
+
 def _time(f, arrays, opt) -> list[float]:
     if not opt.flush_cache:
         return list(f.time(*arrays, number=opt.number, repeat=opt.repeat,
-                           min_repeat_ms=opt.min_repeat_ms).results)
+                           min_repeat_ms=opt.min_repeat_ms, warmup=0).results)
     costs = []
     for _ in range(opt.repeat):
         _flush_cache()

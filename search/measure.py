@@ -83,7 +83,11 @@ class MeasureOption:
     ``n_parallel`` builder processes (default: the CPU count), also the tuners' batch size;
     ``check_correctness`` compares outputs with the task's default schedule on inputs from
     ``seed`` (within ``rtol``/``atol``, by dtype when None); ``flush_cache`` evicts the caches
-    before each repeat (``min_repeat_ms`` is then ignored). A candidate whose first (checked)
+    before each repeat (``min_repeat_ms`` is then ignored); ``warmup_ms`` of untimed calls
+    come first (at least one): right after the runner waited for a build, a multi-threaded
+    kernel runs slower for a while as its sleeping threads' cores wake up (50-100 ms on a
+    2-core KVM guest), which penalised parallel configs of small kernels (0.1-0.3 ms) against
+    serial ones. A candidate whose first (checked)
     call takes longer than ``cutoff_min_ms`` and ``slow_cutoff`` times the best cost measured so
     far is not timed further: that call is its cost (it cannot be the best), which keeps
     hopeless candidates from eating the tuning time; ``slow_cutoff=None`` times every candidate
@@ -101,6 +105,7 @@ class MeasureOption:
     number: int = 4
     repeat: int = 3
     min_repeat_ms: float = 0.0
+    warmup_ms: float = 50.0
     timeout: float = 10.0
     n_parallel: int | None = None
     check_correctness: bool = True
@@ -133,6 +138,10 @@ class MeasureOption:
                                 f"{self.remeasure_fresh!r}")
         if self.min_repeat_ms < 0:
             raise LooptuneError("MeasureOption: min_repeat_ms must be >= 0")
+        w = self.warmup_ms
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not w >= 0:
+            raise LooptuneError(f"MeasureOption: warmup_ms must be milliseconds >= 0 (0: one "
+                                f"untimed call); got {w!r}")
         if self.slow_cutoff is not None and not self.slow_cutoff > 1:
             raise LooptuneError(f"MeasureOption: slow_cutoff must be > 1 (or None); got "
                                 f"{self.slow_cutoff!r}")

@@ -258,5 +258,6 @@ def test_the_cli_passes_the_contention_settings_and_reports_busy_runs(tmp_path, 
     assert seen["opt"].busy_threshold is None and seen["opt"].busy_wait == 0.0
     assert seen["opt"].remeasure_fresh is True
     assert main(["tune", matmul, "--args", "16,16,16", "--tuner", "random", "--trials", "2",
-                 "--log", str(tmp_path / "v.jsonl"), "--remeasure-one-process"]) == 0
-    assert seen["opt"].remeasure_fresh is False
+                 "--log", str(tmp_path / "v.jsonl"), "--remeasure-one-process",
+                 "--warmup-ms", "12.5"]) == 0
+    assert seen["opt"].remeasure_fresh is False and seen["opt"].warmup_ms == 12.5

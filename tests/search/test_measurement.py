@@ -327,6 +327,43 @@ def test_remeasure_fresh_must_be_a_bool():
         MeasureOption(remeasure_fresh="yes")
 
 
+def test_warmup_ms_must_be_milliseconds():
+    for bad in (-1, True, "50"):
+        with pytest.raises(LooptuneError, match="warmup_ms must be milliseconds >= 0"):
+            MeasureOption(warmup_ms=bad)
+
+
+def test_warm_up_calls_the_kernel_untimed_for_the_time_asked_and_at_least_once():
+    from looptune.search.jobs import warm_up
+    calls = []
+
+    class Kernel:
+        def time(self, *arrays, number, repeat, warmup):
+            calls.append((number, repeat, warmup))
+            time.sleep(0.002)
+    t0 = time.perf_counter()
+    n = warm_up(Kernel(), [], 20)
+    assert time.perf_counter() - t0 >= 0.02 and n == len(calls) >= 2
+    assert set(calls) == {(1, 1, 0)}
+    calls.clear()
+    assert warm_up(Kernel(), [], 0) == 1 == len(calls)
+
+
+def test_the_runner_warms_each_candidate_up_before_timing_it(task, monkeypatch):
+    """The warm-up (threads awake) comes between the checked first call and the timing."""
+    import looptune.search.jobs as jobs
+    events = []
+    monkeypatch.setattr(jobs, "warm_up", lambda f, arrays, ms: events.append(("warm", ms)))
+    real = jobs._time
+    monkeypatch.setattr(jobs, "_time",
+                        lambda f, arrays, opt: events.append(("time",)) or real(f, arrays, opt))
+    state = jobs.RunnerState(task, MeasureOption(n_parallel=1, noise_threshold=None,
+                                                 number=1, repeat=1, warmup_ms=7.0), None)
+    out = jobs.runner_job(state, (task.config_space.get(1).index, None))
+    assert out["kind"] == "none" and len(out["costs"]) == 1
+    assert events == [("warm", 7.0), ("time",)]
+
+
 # ---- OpenBLAS's idle threads --------------------------------------------------------------
 
 _BLAS_PROBE = """
