@@ -21,6 +21,7 @@ trustworthy; compare only ratios from one quiet run.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 from pathlib import Path
@@ -67,6 +68,14 @@ def _tune(ops, sizes, a) -> dict:
     return tuned
 
 
+def _trials(log: str) -> int:
+    """The distinct configs measured in ``log`` (fewer than ``--trials`` when the space, or
+    the programs it holds, ran out first)."""
+    with open(log) as f:
+        return len({json.loads(line)["config"]["index"] for line in f
+                    if line.strip() and json.loads(line).get("kind", "measure") == "measure"})
+
+
 def _row(op, args, s, tensors, tune_s, a) -> tuple:
     fallback, ftensors = auto_task(_tensors(op, args)).instantiate(0)
     hs, htensors = op.hand_schedule(*args)
@@ -74,7 +83,8 @@ def _row(op, args, s, tensors, tune_s, a) -> tuple:
                                             (fallback, ftensors), "hand": (hs, htensors)},
                                  "c", a.rounds)
     gf = f"{flop / t['auto'].median / 1e9:.1f}" if flop else "-"
-    return (op.name, "x".join(map(str, args)), str(a.trials), f"{tune_s:.0f}", str(t["auto"]),
+    return (op.name, "x".join(map(str, args)),
+            str(_trials(os.path.join(a.out, f"{op.name}.jsonl"))), f"{tune_s:.0f}", str(t["auto"]),
             str(t["fallback"]), str(t["hand"]), str(t["numpy"]), gf,
             f"{t['hand'].median / t['auto'].median:.2f}",
             f"{t['numpy'].median / t['auto'].median:.2f}")

@@ -191,3 +191,16 @@ def test_the_peers_run_with_their_own_blas_settings(monkeypatch, system, kept):
     monkeypatch.delenv("LOOPTUNE_BLAS_DEFAULTS")           # the user's own setting
     peers.run_job(Job("sgemm", system), opts)
     assert seen["OPENBLAS_THREAD_TIMEOUT"] == "18"
+
+
+def test_auto_schedule_counts_the_trials_a_log_holds(tmp_path):
+    """The table's "trials" column: distinct configs measured, not the --trials asked for
+    (transpose's space ran out at 74 of 200); re-measures are no trials."""
+    import json
+
+    import auto_schedule
+    log = tmp_path / "transpose.jsonl"
+    rows = [{"config": {"index": i}, "kind": k} for i, k in
+            ((1, "measure"), (2, "measure"), (2, "measure"), (1, "remeasure"))]
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows) + "\n")
+    assert auto_schedule._trials(str(log)) == 2
