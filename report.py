@@ -60,29 +60,17 @@ class Timing:
 
 def interleaved(calls: dict[str, Callable[[], object]], rounds: int) -> dict[str, Timing]:
     """Time each of ``calls`` in ``rounds`` interleaved rounds (see the module docstring)."""
-    from .backends.module import time_callable
+    from .backends.module import time_callable, warm_up
     out: dict[str, list[float]] = {name: [] for name in calls}
     names = list(calls)
     for r in range(max(1, rounds)):
         k = r % len(names)
         for name in names[k:] + names[:k]:
             time.sleep(SETTLE_S)
-            per_call = _warm_up(calls[name], WARMUP_MS)
+            _, per_call = warm_up(calls[name], WARMUP_MS, min_calls=2)
             number = max(1, min(1 << 20, math.ceil(MIN_REPEAT_MS / 1e3 / per_call)))
             out[name] += time_callable(calls[name], number, 1, warmup=0).results
     return {name: Timing(ts) for name, ts in out.items()}
-
-
-def _warm_up(fn: Callable[[], object], ms: float) -> float:
-    """Call ``fn`` back to back for ``ms`` milliseconds (at least twice), untimed; the seconds
-    per call of the last half of those calls (the rate once warm)."""
-    t_start = time.perf_counter()
-    stamps = [t_start]
-    while len(stamps) < 3 or (stamps[-1] - t_start) * 1e3 < ms:
-        fn()
-        stamps.append(time.perf_counter())
-    half = len(stamps) // 2
-    return max((stamps[-1] - stamps[half]) / (len(stamps) - 1 - half), 1e-7)
 
 
 def _omp_note() -> str:

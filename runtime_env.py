@@ -61,15 +61,15 @@ def _maps() -> str:
         return ""
 
 
-def _gomp_loaded() -> bool:
+def _gomp_loaded(maps: str) -> bool:
     """Whether the system's libgomp (the one our kernels link) is already loaded; the copies
     that wheels vendor (``libgomp-<hash>.so``) are other runtimes with their own settings."""
-    return re.search(r"/libgomp\.so", _maps()) is not None
+    return re.search(r"/libgomp\.so", maps) is not None
 
 
-def _blas_loaded() -> bool:
+def _blas_loaded(maps: str) -> bool:
     """Whether numpy (and with it its BLAS) was loaded before looptune."""
-    return "numpy" in sys.modules or re.search(r"openblas", _maps(), re.IGNORECASE) is not None
+    return "numpy" in sys.modules or re.search(r"openblas", maps, re.IGNORECASE) is not None
 
 
 def openmp_settings() -> dict[str, str | bool | None]:
@@ -91,7 +91,9 @@ def blas_settings() -> dict[str, str | bool | None]:
     return out
 
 
-_GOMP_PRELOADED = _gomp_loaded()
-_BLAS_PRELOADED = _blas_loaded()
+_MAPS = _maps()                     # read once, at import
+_GOMP_PRELOADED = _gomp_loaded(_MAPS)
+_BLAS_PRELOADED = _blas_loaded(_MAPS)
+del _MAPS
 configure_openmp_runtime()
 configure_blas_threads()

@@ -158,6 +158,19 @@ def time_callable(run, number: int = 10, repeat: int = 5, min_repeat_ms: float =
     return TimeResult(res)
 
 
+def warm_up(run, ms: float, min_calls: int = 1) -> tuple[int, float]:
+    """Call ``run()`` untimed, back to back, for about ``ms`` milliseconds and at least
+    ``min_calls`` times, so that its threads (and the cores they run on) are awake when it is
+    timed; (the calls made, the seconds per call over the last half of them: the warm rate)."""
+    t_start = time.perf_counter()
+    stamps = [t_start]
+    while len(stamps) <= min_calls or (stamps[-1] - t_start) * 1e3 < ms:
+        run()
+        stamps.append(time.perf_counter())
+    half = min(len(stamps) // 2, len(stamps) - 2)
+    return len(stamps) - 1, max((stamps[-1] - stamps[half]) / (len(stamps) - 1 - half), 1e-7)
+
+
 # ---- the OpenMP runtime's wait policy: chosen in ..runtime_env, when looptune is imported ---
 
 from ..runtime_env import (OPENMP_DEFAULTS, configure_openmp_runtime,  # noqa: E402,F401

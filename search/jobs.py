@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..backends.build import build
-from ..backends.module import pin_openmp_runtime
+from ..backends.module import pin_openmp_runtime, warm_up
 from ..errors import BuildError, ScheduleError
 from ..lang.tensor import PlaceholderOp
 from ..schedule.schedule import create_schedule
@@ -134,7 +134,7 @@ class RunnerState:
         self.reference: dict[int, np.ndarray] | None = None
         if option.check_correctness:
             self.reference = self._reference(tensors, ref_dir)
-        self._outputs: dict[int, np.ndarray] | None = None
+        self._placed: dict[int, tuple[dict, dict]] = {}    # placement -> (inputs, outputs)
         self.noise_kernel: NoiseReference | None = None
         if getattr(option, "noise_threshold", None):
             try:
@@ -147,18 +147,15 @@ class RunnerState:
         """The arguments of a call: copies of the inputs and the output arrays (refilled with
         canaries), every one starting ``PLACEMENTS[placement]`` bytes past a 64-byte line.
         Every candidate gets the same arrays, so placement (measure.py) is alike for all."""
-        if self._outputs is None:
-            self._outputs = {}
-        if placement not in self._outputs:
+        if placement not in self._placed:
             offset = PLACEMENTS[placement]
-            outs = _output_arrays(tensors)
-            self._outputs[placement] = (
+            self._placed[placement] = (
                 {k: placed(a, offset) for k, a in self.inputs.items()},
-                {k: placed(a, offset) for k, a in outs.items()})
+                {k: placed(a, offset) for k, a in _output_arrays(tensors).items()})
         else:
-            for a in self._outputs[placement][1].values():
+            for a in self._placed[placement][1].values():
                 a.fill(_canary(a.dtype))
-        ins, outs = self._outputs[placement]
+        ins, outs = self._placed[placement]
         return [ins[k] if k in ins else outs[k] for k in range(len(tensors))]
 
     def _reference(self, tensors, ref_dir: str | None) -> dict[int, np.ndarray]:
@@ -243,7 +240,7 @@ def runner_job(state: RunnerState, job: tuple) -> dict[str, Any]:
                 "msg": f"timing cut short: the first call took {first * 1e3:.3f} ms, over "
                        f"{opt.slow_cutoff:g}x the best so far ({best * 1e3:.3f} ms)"}
     probe = ForeignProbe()       # the other processes' CPU time meanwhile (coreload.py)
-    warm_up(f, arrays, opt.warmup_ms)
+    warm_up(lambda: f(*arrays), opt.warmup_ms)
     sets = [arrays] + [state.arrays(tensors, p) for p in range(1, len(PLACEMENTS))]
     if not guard:
         out = {"kind": "none", "costs": _time(f, sets, opt)}
@@ -291,18 +288,6 @@ def _flush_cache() -> None:
     if _FLUSH is None:
         _FLUSH = np.zeros(64 << 17, dtype=np.float64)     # 64 MiB: past the last-level cache
     _FLUSH += 1.0
-
-
-def warm_up(f, arrays, ms: float) -> int:
-    """Call ``f`` untimed for about ``ms`` milliseconds (at least once) so that its threads,
-    and the cores they run on, are awake when it is timed; returns the calls made."""
-    t_end = time.perf_counter() + ms / 1e3
-    calls = 0
-    while True:
-        f.time(*arrays, number=1, repeat=1, warmup=0)
-        calls += 1
-        if time.perf_counter() >= t_end:
-            return calls
 
 
 def _time(f, sets, opt) -> list[float]:

@@ -365,27 +365,28 @@ def test_warmup_ms_must_be_milliseconds():
             MeasureOption(warmup_ms=bad)
 
 
-def test_warm_up_calls_the_kernel_untimed_for_the_time_asked_and_at_least_once():
-    from looptune.search.jobs import warm_up
+def test_warm_up_calls_the_kernel_untimed_for_the_time_asked_and_at_least_min_calls():
+    from looptune.backends.module import warm_up
     calls = []
 
-    class Kernel:
-        def time(self, *arrays, number, repeat, warmup):
-            calls.append((number, repeat, warmup))
-            time.sleep(0.002)
+    def run():
+        calls.append(1)
+        time.sleep(0.002)
     t0 = time.perf_counter()
-    n = warm_up(Kernel(), [], 20)
+    n, per_call = warm_up(run, 20)
     assert time.perf_counter() - t0 >= 0.02 and n == len(calls) >= 2
-    assert set(calls) == {(1, 1, 0)}
+    assert 0.002 <= per_call < 0.02
     calls.clear()
-    assert warm_up(Kernel(), [], 0) == 1 == len(calls)
+    assert warm_up(run, 0)[0] == 1 == len(calls)
+    calls.clear()
+    assert warm_up(run, 0, min_calls=2)[0] == 2 == len(calls)
 
 
 def test_the_runner_warms_each_candidate_up_before_timing_it(task, monkeypatch):
     """The warm-up (threads awake) comes between the checked first call and the timing."""
     import looptune.search.jobs as jobs
     events = []
-    monkeypatch.setattr(jobs, "warm_up", lambda f, arrays, ms: events.append(("warm", ms)))
+    monkeypatch.setattr(jobs, "warm_up", lambda run, ms: events.append(("warm", ms)))
     real = jobs._time
     monkeypatch.setattr(jobs, "_time",
                         lambda f, arrays, opt: events.append(("time",)) or real(f, arrays, opt))
