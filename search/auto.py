@@ -91,7 +91,7 @@ from .task import Task
 from .template import DagTemplate, find_template, register
 from .tuners import make_tuner, tuner_class
 
-SKETCH_VERSION = 8     # 2: row statistics computed per row of their output
+SKETCH_VERSION = 9     # 2: row statistics computed per row of their output
                       # 3: epilogue chains (contraction -> bias -> activation)
                       # 4: multi-level tiling, packing, the rfactor rule, sized by the machine
                       # 5: knob 'parallel' (small kernels on one thread)
@@ -100,6 +100,8 @@ SKETCH_VERSION = 8     # 2: row statistics computed per row of their output
                       #    short reduction loops; the LLC size that gates streaming stores
                       #    is the task machine's (in the task name), not the host's
                       # 8: a row sum fused into its source's loop (knob <stage>.with)
+                      # 9: register-tile rows and micro-kernel steps unrolled within a
+                      #    budget (UNROLL_VECTORS, UNROLL_BODY), not whole
 
 # ---- the DAG ---------------------------------------------------------------------------------
 

@@ -27,7 +27,9 @@ from __future__ import annotations
 
 from .auto_rules import (
     Epilogue,
+    UNROLL_BODY,
     UNROLL_K,
+    UNROLL_VECTORS,
     Machine,
     TilePlan,
     choices,
@@ -165,10 +167,10 @@ def _accumulate(cfg, s, CC, name: str, plan: TilePlan, O, order: str, packed, le
     st.vectorize(vec)
     how = cfg[f"{name}.unroll"].val
     if how != "none":
-        for r in rows:
-            st.unroll(r)
-    if how == "tile+k":
-        _unroll_micro_k(st, r_in)
+        sizes = [cfg[f"{name}.tile{c}"].val for c in plan.tiled]
+        body = _unroll_rows(st, rows, sizes[:-1], -(-sizes[-1] // max(1, plan.lanes)))
+        if how == "tile+k" and body:
+            _unroll_micro_k(st, r_in, body)
     if packed is not None:
         at_stage, at_loop = (st, r_out[-1]) if order == "kblock" else \
             (O if O is not None else st, par)
@@ -176,13 +178,29 @@ def _accumulate(cfg, s, CC, name: str, plan: TilePlan, O, order: str, packed, le
         s[packed].vectorize(s[packed].op.axis[-1])
 
 
-def _unroll_micro_k(st, r_in: list) -> None:
-    """Unroll the micro-kernel's reduction loops, innermost first, while their steps
-    multiply to at most ``UNROLL_K`` (the innermost one always): a 3x3 window whole."""
+def _unroll_rows(st, rows: list, sizes: list[int], vectors: int) -> int:
+    """Unroll the register tile's ``rows`` (their ``sizes``; ``vectors`` per row), innermost
+    first, while the unrolled part holds at most ``UNROLL_VECTORS`` vectors. Returns the
+    vectors of the unrolled body when every row is unrolled, else 0 (then the reduction
+    steps around a row loop stay loops too)."""
+    body = vectors
+    for r, n in zip(reversed(rows), reversed(sizes)):
+        if body * n > UNROLL_VECTORS:
+            return 0
+        st.unroll(r)
+        body *= n
+    return body
+
+
+def _unroll_micro_k(st, r_in: list, body: int) -> None:
+    """Unroll the micro-kernel's reduction loops around a register tile of ``body``
+    vectors, innermost first, while their steps multiply to at most ``UNROLL_K`` and the
+    unrolled body to at most ``UNROLL_BODY`` vector operations (the innermost one always,
+    within that): a 3x3 window whole."""
     steps = 1
     for k, r in enumerate(reversed(r_in)):
         steps *= extent(r)
-        if k and steps > UNROLL_K:
+        if (k and steps > UNROLL_K) or steps * body > UNROLL_BODY:
             return
         st.unroll(r)
 

@@ -29,6 +29,13 @@ WORK_PER_THREAD = 4    # parallel iterations per thread the fallback aims for
 # when its estimated single-thread time is below this many cycles (~30 us at 3 GHz).
 PARALLEL_MIN_CYCLES = 100_000
 UNROLL_K = 16          # micro-kernel reduction steps unrolled at most (knob unroll "tile+k")
+# A register tile's rows are unrolled (innermost first) while they hold at most this many
+# vectors, and its micro-kernel reduction steps while the unrolled body stays under
+# UNROLL_BODY vector operations: past that the tile spills anyway, and gcc took 10-50 s to
+# compile one such kernel (a 96-vector tile times 16 unrolled steps), so tuning lost those
+# candidates to the build timeout.
+UNROLL_VECTORS = 2 * ACCUMULATORS
+UNROLL_BODY = 256
 CALL_OPS = 16          # vector operations a math call (exp, erf, tanh, ...) costs, roughly
 STORE_BYTES_PER_CYCLE = 4   # a stage's output written (and its inputs streamed) out of cache
 PACK_MIN_STRIDE = 4096      # bytes between a panel's rows from which the fallback packs it
@@ -390,6 +397,7 @@ class TilePlan:
     middle: dict
     red: list
     pack: list
+    lanes: int = 1
 
 
 def plan_tiles(op, machine: Machine) -> TilePlan:
@@ -428,7 +436,7 @@ def plan_tiles(op, machine: Machine) -> TilePlan:
         middle[c] = choices(m, "all", 1, 2, 4, 8, 16, 32, limit=most[c])
     red = [choices(1, 2, 4, 8, 16, 64, 128, 256, *_whole(extent(r)), limit=extent(r))
            for r in op.reduce_axis]
-    return TilePlan(tiled, v, inner, middle, red, _pack_choices(op, rows, v))
+    return TilePlan(tiled, v, inner, middle, red, _pack_choices(op, rows, v), L)
 
 
 def _whole(e: int) -> list[int]:

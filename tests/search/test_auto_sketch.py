@@ -335,3 +335,50 @@ def test_a_padding_may_be_computed_per_parallel_tile_of_the_conv_exactly(stride,
     assert picks
     for c in picks:
         check_outputs(task.instantiate(c.index)[0], tensors, want)
+
+
+
+def _unrolled(s, stage: str) -> list[str]:
+    return [st.loop for st in s.steps if type(st).__name__ == "Annotate"
+            and st.kind.value == "unroll" and st.stage == stage]
+
+
+@pytest.mark.slow
+def test_a_register_tile_too_big_to_hold_is_unrolled_only_within_the_budget(monkeypatch):
+    """Was: every row of a register tile and the micro-kernel steps were unrolled whatever
+    their size: an (8 x 6 x 2-vector) tile times 16 steps took gcc 53 s to compile (the
+    tuner's build timeout is 10 s). Rows are now unrolled innermost first while they hold at
+    most UNROLL_VECTORS vectors, reduction steps while the body stays within UNROLL_BODY."""
+    from looptune.search import auto_cpu
+    from looptune.search.auto_rules import UNROLL_BODY, UNROLL_K, UNROLL_VECTORS
+    tensors, want = _padded_conv(1, 12, 29, 37, 20, 1, False, True)
+    task = auto_task(tensors)
+    sp = task.config_space
+    red = {"conv.red0": 4, "conv.red1": 3, "conv.red2": 3, "conv.order": "tile"}
+    big = {k: max(v for v in sp.knobs[k].values if isinstance(v, int)) for k in
+           ("conv.tile1", "conv.tile2", "conv.tile3")}
+    vectors = -(-big["conv.tile3"] // L)
+    rows = big["conv.tile1"] * big["conv.tile2"]
+    assert rows * vectors > UNROLL_VECTORS >= big["conv.tile2"] * vectors   # too big to hold
+    for unroll in ("tile", "tile+k"):
+        s, _ = task.instantiate(pick_config(sp, {**big, **red, "conv.unroll": unroll}))
+        # the inner row alone, and no reduction step around a rolled row loop
+        assert _unrolled(s, "conv") == ["y"]
+        check_outputs(s, tensors, want)
+    # a tile that fits: its rows whole, and the 3x3 window (9 steps, 36 vector operations;
+    # times rc's 4 it would be 36 steps, over UNROLL_K)
+    fit = {"conv.tile1": 2, "conv.tile2": 2, "conv.tile3": L}
+    assert 4 * 9 <= UNROLL_BODY and 36 > UNROLL_K
+    s, _ = task.instantiate(pick_config(sp, {**fit, **red, "conv.unroll": "tile+k"}))
+    assert sorted(_unrolled(s, "conv")) == ["k", "rx.inner", "ry.inner", "y"]
+    check_outputs(s, tensors, want)
+    # a body budget that the window would pass: the steps stay loops (innermost first)
+    monkeypatch.setattr(auto_cpu, "UNROLL_BODY", 4 * 3 - 1)
+    s, _ = task.instantiate(pick_config(sp, {**fit, **red, "conv.unroll": "tile+k"}))
+    assert sorted(_unrolled(s, "conv")) == ["k", "y"]
+    monkeypatch.setattr(auto_cpu, "UNROLL_BODY", 4 * 3)
+    s, _ = task.instantiate(pick_config(sp, {**fit, **red, "conv.unroll": "tile+k"}))
+    assert sorted(_unrolled(s, "conv")) == ["k", "rx.inner", "y"]
+    s, _ = task.instantiate(pick_config(sp, {**fit, **red, "conv.unroll": "tile"}))
+    assert sorted(_unrolled(s, "conv")) == ["k", "y"]
+    check_outputs(s, tensors, want)
