@@ -13,8 +13,10 @@ rules. Op patterns decide (:mod:`.auto_rules`), the CPU rules apply them (:mod:`
   root (knob ``<stage>.inline``; first choice: inlined, except a padding feeding a
   contraction, or a math-heavy value read twice, as softmax's exponentials); a padding that
   only a tiled contraction reads may instead be computed per parallel iteration of its tiles
-  (knob ``<stage>.at``: ``root`` first, or ``tile``: only the window the iteration reads,
-  its halo computed again by the neighbouring iteration, written while it stays in cache);
+  (knob ``<stage>.at``: ``root``, or ``tile``: only the window the iteration reads, its
+  halo computed again by the neighbouring iteration, written while it stays in cache;
+  ``tile`` first where the contraction reads it along its first tiled loop, as a depthwise
+  conv reads its own channel, whose window is then a few channels, not every one);
 - a *contraction* (a reduction whose body multiplies loads, with at least two spatial loops
   longer than 1: matmul, batch matmul, conv2d) gets multi-level tiling, S-R-S-R-S: each tiled
   loop split into parallel, middle and register levels (knobs ``tile<k>``: register tile,
@@ -85,6 +87,7 @@ from .auto_rules import (
     parallel_choices,
     plan_tiles,
     readers_through_inlined,
+    reads_along_first_tile,
     row_consumers,
 )
 from .task import Task
@@ -101,7 +104,8 @@ SKETCH_VERSION = 9     # 2: row statistics computed per row of their output
                       #    is the task machine's (in the task name), not the host's
                       # 8: a row sum fused into its source's loop (knob <stage>.with)
                       # 9: register-tile rows and micro-kernel steps unrolled within a
-                      #    budget (UNROLL_VECTORS, UNROLL_BODY), not whole
+                      #    budget (UNROLL_VECTORS, UNROLL_BODY), not whole; a depthwise
+                      #    conv's padding per parallel tile first (<pad>.at "tile")
 
 # ---- the DAG ---------------------------------------------------------------------------------
 
@@ -236,7 +240,10 @@ def _define_knobs(cfg, p: _Plan) -> None:
         first = p.inline_first[id(st)]
         cfg.define_knob(f"{p.names[id(st)]}.inline", [first, not first])
         if id(st) in p.tile_fed:
-            cfg.define_knob(f"{p.names[id(st)]}.at", ["root", "tile"])
+            r = p.tile_fed[id(st)]
+            at = ["tile", "root"] if reads_along_first_tile(r.op, st.op, p.plans[id(r)]) \
+                else ["root", "tile"]
+            cfg.define_knob(f"{p.names[id(st)]}.at", at)
     for st in p.stages:
         if id(st) in p.per_row and cpu.row_knobs(cfg, st.op, p.names[id(st)], p.machine,
                                                  cpu.row_source(p.s, st, p.per_row)):

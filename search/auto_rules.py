@@ -297,6 +297,18 @@ def feeds_one_contraction(s, st):
     return None
 
 
+def reads_along_first_tile(op, producer, plan: TilePlan) -> bool:
+    """Whether contraction ``op`` reads ``producer`` (the op of its padding) at an index
+    that follows its first tiled loop, as a depthwise conv reads the padding of its own
+    channel: the padding computed per parallel iteration is then a window of the
+    iteration's few channels (which stays in cache), where a conv reading every channel
+    would compute a window of all of them, halo included, per iteration."""
+    first = op.axis[plan.tiled[0]].var
+    return any(ld.tensor.op is producer and first in
+               set().union(*(collect_vars(i) for i in ld.indices))
+               for ld in collect_loads(op.body.source) if ld.indices)
+
+
 def row_consumers(s, stages, outputs, fused) -> dict:
     """Stages that may be computed per row of an output (knob ``<stage>.at``), mapped to it:
     row statistics and row-wise intermediates (softmax's max, exponentials and sum; a

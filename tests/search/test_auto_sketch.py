@@ -312,12 +312,14 @@ def _padded_conv(N, C, H, W, K, stride, depthwise, relu):
                                                      (1, False, True), (2, False, False)])
 def test_a_padding_may_be_computed_per_parallel_tile_of_the_conv_exactly(stride, depthwise,
                                                                          relu):
-    """Knob ``pad.at``: the padding at root (first) or per parallel iteration of the
-    contraction that alone reads it, only the window that iteration reads (halo recomputed)."""
+    """Knob ``pad.at``: the padding at root or per parallel iteration of the contraction
+    that alone reads it, only the window that iteration reads (halo recomputed). A depthwise
+    conv reads its own channel's padding, so that window is a few channels: "tile" first;
+    a conv reads every channel per output channel: "root" first."""
     tensors, want = _padded_conv(1, 12, 29, 37, 20, stride, depthwise, relu)
     task = auto_task(tensors)
     sp = task.config_space
-    assert sp.knobs["pad.at"].values == ["root", "tile"]
+    assert sp.knobs["pad.at"].values == (["tile", "root"] if depthwise else ["root", "tile"])
     values = {"pad.inline": False, "pad.at": "tile"}
     if "parallel" in sp.knobs:
         values["parallel"] = True
@@ -330,6 +332,8 @@ def test_a_padding_may_be_computed_per_parallel_tile_of_the_conv_exactly(stride,
     if "parallel" in sp.knobs:
         assert text.index("parallel") < text.index("allocate pad")
     check_outputs(s, tensors, want)
+    check_outputs(task.instantiate(pick_config(sp, {"pad.inline": False, "pad.at": "root"}))[0],
+                  tensors, want)
     picks = [c for c in sp.sample(40, 1) if not c["pad.inline"].val
              and c["pad.at"].val == "tile"][:4]
     assert picks
