@@ -43,6 +43,10 @@ rules. Op patterns decide (:mod:`.auto_rules`), the CPU rules apply them (:mod:`
   by a vector width (``width``; tails allowed) and vectorized — inside the reduction, where
   there is one, so the lanes are independent outputs (``vec``) — the loop above it split too
   for 2-D tiles (``rows``; a transpose's first choice), the outer loops fused and parallel;
+  a window reduction (a pooling) may accumulate its block of outputs in a local buffer per
+  parallel iteration, window loops outside the vector loop (``cache``: True first; the
+  whole row as ``width`` first when it is at most 4 vectors), and the padding it alone reads
+  is then computed per parallel iteration too (``<pad>.at``: ``tile`` first);
 - threads (knob ``parallel``, one per kernel): the parallel loops above, or none; first
   choice: parallel only when the kernel's estimated single-thread work pays for an OpenMP
   region, so that a small model's kernels do not each wake the threads for a few
@@ -82,7 +86,7 @@ from .auto_rules import (
     epilogue,
     is_contraction,
     machine_of,
-    feeds_one_contraction,
+    feeds_one_reduction,
     materialize_first,
     parallel_choices,
     plan_tiles,
@@ -105,7 +109,9 @@ SKETCH_VERSION = 9     # 2: row statistics computed per row of their output
                       # 8: a row sum fused into its source's loop (knob <stage>.with)
                       # 9: register-tile rows and micro-kernel steps unrolled within a
                       #    budget (UNROLL_VECTORS, UNROLL_BODY), not whole; a depthwise
-                      #    conv's padding per parallel tile first (<pad>.at "tile")
+                      #    conv's padding per parallel tile first (<pad>.at "tile"); a
+                      #    pooling's padding per parallel iteration and its rows in a
+                      #    local accumulator (<stage>.cache)
 
 # ---- the DAG ---------------------------------------------------------------------------------
 
@@ -228,7 +234,9 @@ def _plan(s: Schedule, outputs: list[Tensor], gpu: bool, machine: Machine) -> _P
                                              if inline_first[id(st)]}     # by the fallback
     threads = [] if gpu else parallel_choices([st.op for st in stages], machine, inlined)
     tile_fed = {id(st): r for st in inlinable if id(st) not in per_row
-                and (r := feeds_one_contraction(s, st)) is not None and id(r) in plans}
+                and (r := feeds_one_reduction(s, st)) is not None
+                and (id(r) in plans or (not gpu and id(r) not in per_row
+                                        and id(r) not in fused))}
     return _Plan(s, gpu, machine, stages, names, epis, chained, fused, inlinable, rooted,
                  per_row, plans, inline_first, threads, tile_fed)
 
@@ -241,8 +249,8 @@ def _define_knobs(cfg, p: _Plan) -> None:
         cfg.define_knob(f"{p.names[id(st)]}.inline", [first, not first])
         if id(st) in p.tile_fed:
             r = p.tile_fed[id(st)]
-            at = ["tile", "root"] if reads_along_first_tile(r.op, st.op, p.plans[id(r)]) \
-                else ["root", "tile"]
+            at = ["tile", "root"] if id(r) not in p.plans or \
+                reads_along_first_tile(r.op, st.op, p.plans[id(r)]) else ["root", "tile"]
             cfg.define_knob(f"{p.names[id(st)]}.at", at)
     for st in p.stages:
         if id(st) in p.per_row and cpu.row_knobs(cfg, st.op, p.names[id(st)], p.machine,
@@ -271,7 +279,7 @@ def _apply_choices(cfg, p: _Plan) -> None:
     at_row = _rows_attached(cfg, p.s, p.stages, p.per_row, p.names)
     attached = {id(x) for xs in at_row.values() for x in xs}
     par = bool(p.threads) and cfg["parallel"].val
-    tile_loops: dict = {}        # id(contraction) -> (stage, loop) of its parallel iteration
+    tile_loops: dict = {}        # id(reduction) -> (stage, loop) of its parallel iteration
     for st in p.rooted:
         if st.attach is Attach.INLINE or id(st) in attached:
             continue
@@ -281,12 +289,14 @@ def _apply_choices(cfg, p: _Plan) -> None:
         elif id(st) in p.plans:
             tile_loops[id(st)] = cpu.tile_contraction(cfg, p.s, t, name, p.plans[id(st)],
                                                       epi, par)
-        elif id(st) in p.tile_fed and cfg[f"{name}.at"].val == "tile":
+        elif id(st) in p.tile_fed and cfg[f"{name}.at"].val == "tile" and \
+                id(p.tile_fed[id(st)]) in tile_loops:
             cpu.per_tile(p.s, st, *tile_loops[id(p.tile_fed[id(st)])])
         elif id(st) in at_row:
             cpu.per_row(cfg, p.s, t, p.names, at_row[id(st)], p.lanes, p.machine, par)
-        else:
-            cpu.vectorize_parallel(cfg, p.s, t, name, id(st) in p.lanes, p.machine, par)
+        elif (at := cpu.vectorize_parallel(cfg, p.s, t, name, id(st) in p.lanes, p.machine,
+                                           par)) is not None:
+            tile_loops[id(st)] = at
 
 
 def _rows_attached(cfg, s: Schedule, stages, per_row: dict, names: dict) -> dict:

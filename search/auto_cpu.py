@@ -345,6 +345,8 @@ def simple_knobs(cfg, op, name: str, machine: Machine, lanes: bool = True,
     e = extent(op.axis[-1])
     cfg.define_knob(f"{name}.vec", ["inner", "none"])
     first = L if e >= 2 * L else e          # short rows: the whole row is one vector
+    if op.reduce_axis and len(op.axis) >= 2 and e <= 4 * L:
+        first = e           # a window reduction accumulates whole rows (knob cache): no tail
     cfg.define_knob(f"{name}.width", choices(first, L, 2 * L, 4 * L, max(1, L // 2), e,
                                              limit=e))
     ax = row_axis(op)
@@ -352,26 +354,39 @@ def simple_knobs(cfg, op, name: str, machine: Machine, lanes: bool = True,
         rows = min(L, extent(op.axis[ax])) if is_transposing(op) else 1
         cfg.define_knob(f"{name}.rows", choices(rows, 1, 2, 4, 8, 16, 32,
                                                 limit=extent(op.axis[ax])))
+    if op.reduce_axis and len(op.axis) >= 2:
+        cfg.define_knob(f"{name}.cache", [True, False])
     return lanes
 
 
 def vectorize_parallel(cfg, s, T, name: str, has_lanes: bool, machine: Machine,
-                       par: bool = True) -> None:
+                       par: bool = True):
+    """Stage ``T`` vectorized along its innermost loop (knobs of :func:`simple_knobs`), its
+    outer loops fused and parallel. A reduction over vector lanes is rfactored (knob
+    ``lanes``); one whose lanes are independent outputs may accumulate a block of outputs
+    (``rows`` x ``width``) in a local buffer (knob ``cache``: ``cache_write`` computed per
+    iteration of the outer loops, its window loops outside the vector loop and unrolled
+    when short, as a pooling's). Returns ``(stage, loop)``: the iteration a producer may be
+    computed per (:func:`per_tile`), or None where there is none."""
     st = s[T]
     if has_lanes and cfg[f"{name}.lanes"].val > 1:
         rf = rfactor_lanes(s, st, cfg[f"{name}.lanes"].val)
         axes = list(st.op.axis)                  # rfactor made st a new reduction
         if axes:
             rf.compute_at(st, fuse_parallel(st, axes, par))
-        return
+        return None
     axes = list(st.op.axis)
     if not axes:                                  # a scalar: nothing to tile
-        return
+        return None
     red = list(st.op.reduce_axis)
     if extent(axes[-1]) == 1 or cfg[f"{name}.vec"].val == "none":
         if par:
-            fuse_parallel(st, axes)
-        return
+            return st, fuse_parallel(st, axes)
+        return None
+    local = None
+    if red and len(axes) >= 2 and cfg[f"{name}.cache"].val:
+        local = s.cache_write(T, "local")
+        axes, red = list(st.op.axis), []
     w = cfg[f"{name}.width"].val
     stream = _streams(cfg, st, name, machine)   # the whole row streamed: no width split
     o, i = st.split(axes[-1], factor=w) if w < extent(axes[-1]) and not stream else \
@@ -388,5 +403,25 @@ def vectorize_parallel(cfg, s, T, name: str, has_lanes: bool, machine: Machine,
         st.stream(i)
     else:
         st.vectorize(i)
-    if outer and par:
-        fuse_parallel(st, outer)
+    if not outer:
+        return None
+    at = fuse_parallel(st, outer, par)
+    if local is not None:
+        _accumulate_block(s[local], st, at)
+    return st, at
+
+
+def _accumulate_block(lst, st, at) -> None:
+    """Local accumulator ``lst`` (of output stage ``st``) computed per iteration of ``at``:
+    its reduction loops outside its vector loop (lanes = independent outputs), unrolled
+    when their steps multiply to at most ``UNROLL_K``."""
+    lst.compute_at(st, at)
+    axes, red = list(lst.op.axis), list(lst.op.reduce_axis)
+    lst.reorder(*axes[:-1], *red, axes[-1])
+    lst.vectorize(axes[-1])
+    steps = 1
+    for r in red:
+        steps *= extent(r)
+    if steps <= UNROLL_K:
+        for r in red:
+            lst.unroll(r)

@@ -280,19 +280,21 @@ def row_axis(op) -> int:
 
 def materialize_first(s, st) -> bool:
     """The fallback keeps injective stage ``st`` at root (else inlined): a padding (a guarded
-    read) feeding a contraction, whose inner loop would test the guard at every step; or a
-    costly row-wise value (a math call) read by two stages, which inlining computes twice."""
+    read) feeding a reduction (a contraction, a pooling), whose inner loop would test the
+    guard at every step of its window; or a costly row-wise value (a math call) read by two
+    stages, which inlining computes twice."""
     readers = s.readers(st)
-    if _has(st.op, Select) and any(is_contraction(r.op) for r in readers):
+    if _has(st.op, Select) and any(r.op.reduce_axis for r in readers):
         return True
     return len(readers) >= 2 and _has(st.op, Call)
 
 
-def feeds_one_contraction(s, st):
-    """The contraction stage that alone reads padding ``st`` (a guarded read), else None:
-    such a padding may be computed per parallel iteration of the contraction's tiles."""
+def feeds_one_reduction(s, st):
+    """The reduction stage (a contraction, or a window reduction as a pooling's) that alone
+    reads padding ``st`` (a guarded read), else None: such a padding may be computed per
+    parallel iteration of its reader."""
     readers = s.readers(st)
-    if _has(st.op, Select) and len(readers) == 1 and is_contraction(readers[0].op):
+    if _has(st.op, Select) and len(readers) == 1 and readers[0].op.reduce_axis:
         return readers[0]
     return None
 
