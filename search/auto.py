@@ -11,8 +11,9 @@ rules. Op patterns decide (:mod:`.auto_rules`), the CPU rules apply them (:mod:`
 
 - an injective (reduction-free) intermediate stage is inlined into its readers or computed at
   root (knob ``<stage>.inline``; first choice: inlined, except a padding feeding a
-  contraction, or a math-heavy value read twice, as softmax's exponentials); a padding that
-  only a tiled contraction reads may instead be computed per parallel iteration of its tiles
+  reduction, or a math-heavy value read twice, as softmax's exponentials); a padding that
+  only a tiled contraction (or a pooling, below) reads may instead be computed per parallel
+  iteration of its tiles
   (knob ``<stage>.at``: ``root``, or ``tile``: only the window the iteration reads, its
   halo computed again by the neighbouring iteration, written while it stays in cache;
   ``tile`` first where the contraction reads it along its first tiled loop, as a depthwise
