@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import LooptuneError
-from .features import config_features
+from .features import config_features_keyed
 from .knobs import AnnotateKnob, Knob, OtherKnob, ReorderKnob, SplitKnob
 
 __all__ = [
@@ -166,9 +166,11 @@ class LoopNestFeatures:
     that shares the computed features but whose asking leaves this view's knowledge as it
     was (the transfer warm start explores on the side that way)."""
 
-    def __init__(self, task, log=None, memo: dict[int, np.ndarray | None] | None = None):
+    def __init__(self, task, log=None, memo: dict[int, np.ndarray | None] | None = None,
+                 keys: dict[int, str | None] | None = None):
         self.task, self.log = task, log
         self._memo: dict[int, np.ndarray | None] = {} if memo is None else memo
+        self._keys: dict[int, str | None] = {} if keys is None else keys
         self._seen: set[int] = set()
 
     def __contains__(self, index: int) -> bool:
@@ -178,8 +180,8 @@ class LoopNestFeatures:
         """The features of config ``index`` (computed on first use)."""
         if index not in self._memo:
             try:
-                self._memo[index] = config_features(self.task,
-                                                    self.task.config_space.get(index))
+                self._memo[index], self._keys[index] = config_features_keyed(
+                    self.task, self.task.config_space.get(index))
             except Exception as e:  # noqa: BLE001 - a template bug: measuring records it
                 if self.log is not None:
                     self.log.debug("config %d of %s: the template raised %s: %s", index,
@@ -187,6 +189,11 @@ class LoopNestFeatures:
                 self._memo[index] = None
         self._seen.add(index)
         return self._memo[index]
+
+    def program(self, index: int) -> str | None:
+        """The program key of config ``index`` where its features were computed and its
+        steps identify its program (:func:`~.features.config_features_keyed`), else None."""
+        return self._keys.get(index)
 
     def known(self, index: int) -> np.ndarray | None:
         """The features of ``index`` if this view asked for them before, else None."""
@@ -198,7 +205,7 @@ class LoopNestFeatures:
 
     def fork(self) -> LoopNestFeatures:
         """A view sharing the computed features, knowing what this one knows."""
-        view = LoopNestFeatures(self.task, self.log, self._memo)
+        view = LoopNestFeatures(self.task, self.log, self._memo, self._keys)
         view._seen = set(self._seen)
         return view
 

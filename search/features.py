@@ -405,12 +405,21 @@ def config_features(task, config) -> np.ndarray | None:
     """Features of ``config`` (a ConfigEntity or index) of ``task``: instantiate, lower (as
     the task's target would: OpenCL keeps its work-group regions whole), walk. None when the
     config makes an invalid schedule (a LooptuneError)."""
+    return config_features_keyed(task, config)[0]
+
+
+def config_features_keyed(task, config) -> tuple[np.ndarray | None, str | None]:
+    """:func:`config_features` and the program key of ``config`` where its steps identify
+    its program (the auto scheduler's sketches: :func:`~.programs.steps_key`), else None."""
     from ..backends.target import Target
     from ..schedule.lower import lower
+    from .programs import steps_key
     try:
         s, tensors = task.instantiate(config)
+        key = steps_key(s, tensors) if getattr(task.template, "steps_identify_program",
+                                               False) else None
         func = lower(s, tensors, unroll=False,     # the walk counts unrolled copies itself
                      region_hook=Target.parse(task.target).region_hook)
     except LooptuneError:
-        return None
-    return loop_nest_features(func)
+        return None, None
+    return loop_nest_features(func), key

@@ -57,9 +57,15 @@ def canonical(task, config: ConfigEntity) -> tuple[ConfigEntity, str | None]:
         return out, f"invalid:{index}"
     if not getattr(task.template, "steps_identify_program", False):
         return out, f"config:{index}"
+    return out, steps_key(s, tensors)
+
+
+def steps_key(s, tensors) -> str:
+    """The program key of schedule ``s`` of ``tensors`` for a template whose steps and DAG
+    are all it builds (``Template.steps_identify_program``): a digest of both."""
     from ..schedule.steps import dumps
     text = dumps(s.steps) + "\n" + _dag_text(tensors)
-    return out, hashlib.sha256(text.encode()).hexdigest()
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _dag_text(tensors) -> str:

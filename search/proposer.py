@@ -88,13 +88,27 @@ class Proposer:
         return random_unvisited(self.space, self.visited, self.rng, tries)
 
     def ranked_pool(self, score: Score) -> list[int]:
-        """The pool's unproposed configs, best ``score`` first."""
+        """The pool's unproposed configs, best ``score`` first, one per program: a config
+        whose program (where its steps identify it: the auto scheduler's sketches) is that
+        of a config proposed before, or of a better-scored one in the pool, is left out;
+        measuring it would only repeat an earlier result (most of an auto sketch's configs
+        differ only in knobs its program does not read)."""
         cands = [i for i in self.pool if i not in self.visited]
         if not cands:
             return []
         scores = score(cands)
         order = sorted(range(len(cands)), key=lambda k: (-scores[k], cands[k]))
-        return [cands[k] for k in order]
+        program = self.features.program
+        seen = {key for i in self.visited if (key := program(i)) is not None}
+        out = []
+        for k in order:
+            key = program(cands[k])
+            if key is not None:
+                if key in seen:
+                    continue
+                seen.add(key)
+            out.append(cands[k])
+        return out
 
     # ---- one stage: annealing over the loop-nest model -------------------------------------
 
