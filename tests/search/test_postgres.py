@@ -351,4 +351,10 @@ def test_a_worker_killed_with_9_loses_nothing_and_a_third_resumes(pg_url, tmp_pa
     logged = [r.index for log in logs.values() for r in _records(log, task)]
     assert len(logged) == len(set(logged))                 # no config measured twice
     assert len(_records(logs["c"], task)) == 6
-    assert sorted(t.user_attrs["index"] for t in _measured(study)) == sorted(logged)
+    # every logged measurement is in the study; a killed A may have told the study a result
+    # it had no time to log (told first, by design: the study loses nothing), only its own
+    measured = {t.user_attrs["index"]: t for t in _measured(study)}
+    assert set(logged) <= set(measured)
+    unlogged = [measured[i] for i in set(measured) - set(logged)]
+    assert all(t.user_attrs["worker"] in {w for w, _ in killed} for t in unlogged)
+    assert len(unlogged) <= len(killed) * 2          # at most a batch (n_parallel 2) per kill
