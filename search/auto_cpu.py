@@ -345,7 +345,7 @@ def simple_knobs(cfg, op, name: str, machine: Machine, lanes: bool = True,
     e = extent(op.axis[-1])
     cfg.define_knob(f"{name}.vec", ["inner", "none"])
     first = L if e >= 2 * L else e          # short rows: the whole row is one vector
-    if op.reduce_axis and len(op.axis) >= 2 and e <= 4 * L:
+    if _accumulates_rows(op) and e <= 4 * L:
         first = e           # a window reduction accumulates whole rows (knob cache): no tail
     cfg.define_knob(f"{name}.width", choices(first, L, 2 * L, 4 * L, max(1, L // 2), e,
                                              limit=e))
@@ -354,9 +354,15 @@ def simple_knobs(cfg, op, name: str, machine: Machine, lanes: bool = True,
         rows = min(L, extent(op.axis[ax])) if is_transposing(op) else 1
         cfg.define_knob(f"{name}.rows", choices(rows, 1, 2, 4, 8, 16, 32,
                                                 limit=extent(op.axis[ax])))
-    if op.reduce_axis and len(op.axis) >= 2:
+    if _accumulates_rows(op):
         cfg.define_knob(f"{name}.cache", [True, False])
     return lanes
+
+
+def _accumulates_rows(op) -> bool:
+    """Whether a vectorized stage may accumulate blocks of its rows locally (knob
+    ``cache``): a reduction with a row loop above its vector loop."""
+    return bool(op.reduce_axis) and len(op.axis) >= 2
 
 
 def vectorize_parallel(cfg, s, T, name: str, has_lanes: bool, machine: Machine,
@@ -384,7 +390,7 @@ def vectorize_parallel(cfg, s, T, name: str, has_lanes: bool, machine: Machine,
             return st, fuse_parallel(st, axes)
         return None
     local = None
-    if red and len(axes) >= 2 and cfg[f"{name}.cache"].val:
+    if _accumulates_rows(st.op) and cfg[f"{name}.cache"].val:
         local = s.cache_write(T, "local")
         axes, red = list(st.op.axis), []
     w = cfg[f"{name}.width"].val

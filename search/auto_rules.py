@@ -305,10 +305,7 @@ def reads_along_first_tile(op, producer, plan: TilePlan) -> bool:
     channel: the padding computed per parallel iteration is then a window of the
     iteration's few channels (which stays in cache), where a conv reading every channel
     would compute a window of all of them, halo included, per iteration."""
-    first = op.axis[plan.tiled[0]].var
-    return any(ld.tensor.op is producer and first in
-               set().union(*(collect_vars(i) for i in ld.indices))
-               for ld in collect_loads(op.body.source) if ld.indices)
+    return any(ld.tensor.op is producer and plan.tiled[0] in axes for ld, axes in _uses(op))
 
 
 def row_consumers(s, stages, outputs, fused) -> dict:

@@ -416,8 +416,7 @@ def config_features_keyed(task, config) -> tuple[np.ndarray | None, str | None]:
     from .programs import steps_key
     try:
         s, tensors = task.instantiate(config)
-        key = steps_key(s, tensors) if getattr(task.template, "steps_identify_program",
-                                               False) else None
+        key = steps_key(task, s, tensors)
         func = lower(s, tensors, unroll=False,     # the walk counts unrolled copies itself
                      region_hook=Target.parse(task.target).region_hook)
     except LooptuneError:

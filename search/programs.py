@@ -55,14 +55,16 @@ def canonical(task, config: ConfigEntity) -> tuple[ConfigEntity, str | None]:
     out = config if index == config.index else space.get(index)
     if s is None:
         return out, f"invalid:{index}"
+    key = steps_key(task, s, tensors)
+    return out, key if key is not None else f"config:{index}"
+
+
+def steps_key(task, s, tensors) -> str | None:
+    """The program key of schedule ``s`` of ``tensors`` (an instance of ``task``) where the
+    template's steps and DAG are all it builds (``Template.steps_identify_program``): a
+    digest of both; else None."""
     if not getattr(task.template, "steps_identify_program", False):
-        return out, f"config:{index}"
-    return out, steps_key(s, tensors)
-
-
-def steps_key(s, tensors) -> str:
-    """The program key of schedule ``s`` of ``tensors`` for a template whose steps and DAG
-    are all it builds (``Template.steps_identify_program``): a digest of both."""
+        return None
     from ..schedule.steps import dumps
     text = dumps(s.steps) + "\n" + _dag_text(tensors)
     return hashlib.sha256(text.encode()).hexdigest()

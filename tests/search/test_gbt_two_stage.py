@@ -246,7 +246,7 @@ def test_the_pool_offers_one_config_per_program_and_none_of_a_program_proposed_b
     assert p.ranked_pool(lambda idx: [score[i] for i in idx]) == [other]
 
 
-def test_a_gbt_tune_of_an_auto_sketch_rarely_proposes_a_program_measured_before():
+def test_a_gbt_tune_of_an_auto_sketch_rarely_proposes_a_program_measured_before(monkeypatch):
     """Without the pool's program check this tune made 318 proposals for its 30 trials
     (288 answered from before); with it 38-76 (the model, trained on timings, varies with
     the machine's load; the random first configs and the eps share are not checked)."""
@@ -262,8 +262,7 @@ def test_a_gbt_tune_of_an_auto_sketch_rarely_proposes_a_program_measured_before(
             yield res, fresh
     tuner = GBTTuner(task, seed=0)
     opt = MeasureOption(number=1, repeat=1, n_parallel=2, warmup_ms=0, remeasure_top=0)
-    import unittest.mock as mock
-    with mock.patch.object(ProgramSet, "measure", measure):
-        tuner.tune(30, opt)
+    monkeypatch.setattr(ProgramSet, "measure", measure)
+    tuner.tune(30, opt)
     fresh = sum(seen)      # duplicates left: the random first configs and the eps share
     assert fresh >= 30 - 1 and len(seen) - fresh <= 3 * fresh, (fresh, len(seen))
