@@ -170,6 +170,29 @@ def cmd_merge(ns: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cache(ns: argparse.Namespace) -> int:
+    from .backends import compiler
+    d = compiler.cache_dir()
+    if ns.clear:
+        freed = compiler.clear(d)
+        print(f"removed {freed / 1e6:.1f} MB of builds from {d}")
+    elif ns.max_size is not None:
+        try:
+            limit = compiler.parse_size(ns.max_size, "--max-size")
+        except LooptuneError as e:
+            raise CLIError(str(e)) from None
+        freed = compiler.prune(limit, d, keep_recent_s=0.0)
+        print(f"removed {freed / 1e6:.1f} MB of least recently used builds from {d}")
+    swept = compiler.sweep(d)
+    entries = compiler.cache_entries(d)
+    size = sum(b for _, b in entries.values())
+    limit = compiler.cache_limit()
+    bound = f"{limit / 1e6:.0f} MB (LOOPTUNE_CACHE_MAX)" if limit else "none"
+    print(f"build cache {d}: {len(entries)} entries, {size / 1e6:.1f} MB; bound {bound}"
+          + (f"; removed {swept} things killed builds left" if swept else ""))
+    return 0
+
+
 def _check_writable(path: Path) -> None:
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
@@ -361,6 +384,12 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("-o", "--output", required=True, metavar="ALL.jsonl",
                    help="the merged log (every record once, in time order)")
     m.set_defaults(func=cmd_merge)
+
+    c = sub.add_parser("cache", help="the build cache: its size; empty or prune it")
+    c.add_argument("--clear", action="store_true", help="remove every cached build")
+    c.add_argument("--max-size", metavar="SIZE",
+                   help="remove the least recently used builds down to SIZE (4G, 500M)")
+    c.set_defaults(func=cmd_cache)
 
     from .graph.cli import add_parser as add_graph_parser
     add_graph_parser(sub)

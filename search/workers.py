@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..backends.compiler import sweep as sweep_build_cache
 from ..errors import LooptuneError
 
 log = logging.getLogger("looptune.search.workers")
@@ -155,6 +156,7 @@ class WorkerPool:
 
     def close(self) -> None:
         """Stop every worker (politely, then by force)."""
+        busy = any(w.job is not None or not w.ready for w in self._workers)
         for w in self._workers:
             try:
                 w.conn.send(None)
@@ -168,6 +170,8 @@ class WorkerPool:
                 pass
             w.kill()
         self._workers = []
+        if busy:
+            sweep_build_cache()   # a worker stopped mid-build (or mid-start) leaves its build dir
 
     def renew(self) -> None:
         """Replace every worker by a fresh process (its state is built again by ``init_fn``):
@@ -178,6 +182,7 @@ class WorkerPool:
 
     def _restart(self, k: int) -> None:
         self._workers[k].kill()
+        sweep_build_cache()       # what a compiler killed mid-build (a timeout) left
         self._workers[k] = _Worker(self)
         self.restarts += 1
 
