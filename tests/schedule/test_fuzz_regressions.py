@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import looptune as lt
@@ -29,6 +30,14 @@ from fuzz_gen import build_and_run, replay_case
 
 # seed: (operator, params, steps_json, what went wrong)
 FINDINGS = {
+    417208546: ("blur", {"H": 31, "W": 37},
+                '[["compute_at", "blur_x", ["blur_y", "x"]], ["compute_inline", "blur_x", []], '
+                '["split", "blur_y", ["x", 3, null]], ["parallel", "blur_y", ["y"]], '
+                '["parallel", "blur_y", ["x.outer"]]]',
+                "a segfault: gcc 12.2 -O3 miscompiled the tail partition's test "
+                "'3 <= 37 - x.outer*3' next to the tail loop's bound '37 - x.outer*3' in an "
+                "OpenMP region (loop vectorizer with value ranges; -O2 and "
+                "-fno-tree-vrp were fine); the test is now 'x.outer < 12', the full tiles"),
     77003810: ("softmax", {"N": 11, "M": 37},
                '[["split", "rowsum", ["k2", 4, null]], ["rfactor", "rowsum", ["k2.outer"]], '
                '["parallel", "rowsum.rf", ["k2.outer"]], '
@@ -119,6 +128,31 @@ def test_rfactor_tail_guard_is_a_loop_bound_not_a_branch():
     text = str(lt.lower(s, op.args))
     assert "for k2.inner in [0, (37 - (k2.outer * 4))):" in text, text
     assert "(((k2.outer * 4) + k2.inner) < 37)" not in text, text
+
+
+def test_a_split_tail_is_tested_as_a_count_of_full_tiles():
+    op_name, params, steps_json, _ = FINDINGS[417208546]
+    op, s = replay_case(op_name, params, steps_json)
+    text = str(lt.lower(s, op.args))
+    assert "if (x.outer < 12):" in text, text
+    assert "for x.inner in [0, (37 - (x.outer * 3))):" in text, text
+
+
+@pytest.mark.parametrize("n, factor", [(37, 3), (37, 5), (36, 3), (1, 4), (7, 8), (16, 16),
+                                       (17, 16), (100, 7), (23, 11), (64, 9)])
+def test_split_tails_in_parallel_rows_are_exact(n, factor):
+    rows = 5
+    A = lt.placeholder((rows, n + 2), "float32", name="A")
+    B = lt.compute((rows, n), lambda y, x: A[y, x] + A[y, x + 1] * 2.0 + A[y, x + 2], name="B")
+    s = lt.create_schedule(B.op)
+    y, x = s[B].op.axis
+    s[B].split(x, factor=factor)
+    s[B].parallel(y)
+    f = lt.build(s, [A, B], name=f"tails_{n}_{factor}")
+    a = np.random.default_rng(n * 31 + factor).random((rows, n + 2), dtype=np.float32)
+    out = np.full((rows, n), np.nan, np.float32)
+    f(a, out)
+    np.testing.assert_allclose(out, a[:, :-2] + a[:, 1:-1] * 2.0 + a[:, 2:], rtol=1e-6)
 
 
 def test_unrolled_copies_get_their_own_let_variables():
