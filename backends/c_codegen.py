@@ -25,7 +25,7 @@ from ..lang.visitor import ExprVisitor
 from ..schedule.lower import LoweredFunc
 from ..schedule.ranges import RangeContext
 from ..schedule.stmt import Buffer, For, ForKind, StmtVisitor
-from .c_math import helper_source
+from .c_math import divf_by_const, helper_source
 from .c_stream import emit_streamed, streamable
 from .sanitize import c_identifier, is_reserved
 
@@ -131,6 +131,10 @@ class _CExpr(ExprVisitor):
             d = "int64" if d == "int32" else d  # index arithmetic runs in int64_t
             self.gen.minmax.add(d)
             return f"lt_{op.value}_{dt.c_type(d)}({a}, {b})"
+        if op is BinKind.DIV and d == "float32" and isinstance(e.b, Const):
+            fast = self.gen.div_by_const(a, e.b.value)
+            if fast is not None:
+                return fast
         text = f"({a} {op.value} {b})"
         if d in ("int8", "int16", "uint8", "uint16") and not (op.is_compare or op.is_logical):
             return f"(({dt.c_type(d)}){text})"  # wrap around as numpy does
@@ -174,10 +178,11 @@ class CCodegen(StmtVisitor):
     """Turns a LoweredFunc into a C translation unit with one exported function."""
 
     def __init__(self, threads: int | None = None, bounds_check: bool = False,
-                 libm_exp: bool = False):
+                 libm_exp: bool = False, ieee_div: bool = False):
         self.lines: list[str] = []
         self.bounds_check = bounds_check
         self.libm_exp = libm_exp
+        self.ieee_div = ieee_div
         self.helpers: set[str] = set()
         self.checks: list[BoundsCheck] = []
         self.depth = 1
@@ -222,6 +227,20 @@ class CCodegen(StmtVisitor):
         return fn
 
     # ---- expressions -------------------------------------------------------------------
+
+    def div_by_const(self, a: str, c: float) -> str | None:
+        """float32 ``a / c`` for a constant ``c`` without a division (backends/c_math.py:
+        a multiply when 1/c is exact, else lt_divf), or None to divide (-ieee-div, or a c
+        outside lt_divf's range)."""
+        plan = None if self.ieee_div else divf_by_const(c)
+        if plan is None:
+            return None
+        kind, rc = plan
+        rc_text = self.expr.visit(Const(rc, "float32"))
+        if kind == "mul":
+            return f"({a} * {rc_text})"
+        self.helpers.add("lt_divf")
+        return f"lt_divf({a}, {self.expr.visit(Const(c, 'float32'))}, {rc_text})"
 
     def int_div(self, e, a: str, b: str, cop: str, helper: str) -> str:
         lo, _ = const_bound(e.a, self.ranges.facts)
@@ -461,14 +480,17 @@ def _minmax_helpers(d: str) -> str:
 
 
 def generate_c(f: LoweredFunc, threads: int | None = None, bounds_check: bool = False,
-               may_alias: frozenset[int] = frozenset(), libm_exp: bool = False) -> CSource:
+               may_alias: frozenset[int] = frozenset(), libm_exp: bool = False,
+               ieee_div: bool = False) -> CSource:
     """C code for one lowered function; ``bounds_check``: data-dependent indices are checked at
     run time (the target option -bounds-check). Every pointer parameter is ``restrict`` but
     those at the argument positions ``may_alias``: the caller may pass them one buffer (an
     in-place elementwise update; see ``build(may_alias=...)``). float32 ``exp`` (and
     ``sigmoid``) inline the vectorizable ``lt_expf`` of backends/c_math.py unless ``libm_exp``
-    (the target option -libm-exp), which calls the C library's ``expf``."""
+    (the target option -libm-exp), which calls the C library's ``expf``. A float32 division
+    by a constant is a multiply by its reciprocal with a correction (``lt_divf``: x / c bit for
+    bit but for 0 < |x| < 2^-100, within 1 ulp there) unless ``ieee_div`` (-ieee-div)."""
     from ..lang.tensor import PlaceholderOp
-    gen = CCodegen(threads, bounds_check, libm_exp)
+    gen = CCodegen(threads, bounds_check, libm_exp, ieee_div)
     inputs = {id(t) for t in f.args if isinstance(t.op, PlaceholderOp)}
     return gen.function(f, inputs, frozenset(may_alias))

@@ -11,7 +11,8 @@ from ..errors import BuildError
 from ..schedule.passes import REGION_HOOKS
 
 _KNOWN = {
-    "c": {"cc", "threads", "sanitize", "fast-math", "O", "march", "bounds-check", "libm-exp"},
+    "c": {"cc", "threads", "sanitize", "fast-math", "O", "march", "bounds-check", "libm-exp",
+          "ieee-div"},
     "opencl": {"device", "platform"},
 }
 # options that take a value, with the values they accept (None: any non-empty text)
@@ -24,7 +25,7 @@ _VALUES = {
     "device": (None, "a device type such as -device=cpu"),
     "platform": (None, "a platform name such as -platform=pocl"),
 }
-_BARE_OK = {"sanitize", "fast-math", "bounds-check", "libm-exp"}
+_BARE_OK = {"sanitize", "fast-math", "bounds-check", "libm-exp", "ieee-div"}
 
 
 @dataclass(frozen=True)

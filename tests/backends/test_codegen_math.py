@@ -390,3 +390,110 @@ def test_softmax_sigmoid_logsumexp_with_fast_exp(target):
     run_check(s, [X, out, sg, th], {"X": x},
               {"softmax": ex / ex.sum(axis=1, keepdims=True), "sg": 1 / (1 + np.exp(-x64)),
                "th": np.tanh(x64 * 0.05)}, rtol=1e-5, atol=1e-37, f=f)
+
+
+# ---- float32 division by a constant (lt_divf, backends/c_math.py) ---------------------------
+
+DENSE_DIVISORS = [3.0, 10.0, 1.41421356]            # every 1021st bit pattern
+DIVISORS = [7.0, 255.0, 1000.0, 6.0, 12.5, 16777215.0, 1.00000012, 1.99999988, -3.0,
+            -1.7]                                      # every 12289th
+TINY = 2.0 ** -100      # below it lt_divf may be 1 ulp off (r underflows); exact above
+
+
+def _div_kernel(n: int, c: float, target: str = "c"):
+    X = lt.placeholder((n,), "float32", name="X")
+    Y = lt.compute((n,), lambda i: X[i] / c, name="Y")
+    s = lt.create_schedule(Y)
+    _, xi = s[Y].split(s[Y].op.axis[0], factor=64)
+    s[Y].vectorize(xi)
+    f = lt.build(s, [X, Y], target=target, name="div_kernel")
+    ALIVE.append(f)
+    return f
+
+
+def _div_mismatches(f, c: float, bits: np.ndarray) -> tuple[int, int, float]:
+    """(mismatches with |x| >= 2^-100, largest ulp distance below it, a mismatching input) of
+    the kernel ``f`` against numpy's x / c over the float32 bit patterns ``bits``."""
+    x = bits.view(np.float32)
+    got = np.empty_like(x)
+    f(x, got)
+    with np.errstate(all="ignore"):
+        want = x / np.float32(c)
+    differ = (got.view(np.uint32) != want.view(np.uint32)) & ~(np.isnan(got) & np.isnan(want))
+    big = differ & (np.abs(x) >= TINY)
+    small = differ & ~big
+    ulps = np.abs(got[small].view(np.int32).astype(np.int64)
+                  - want[small].view(np.int32).astype(np.int64))
+    return int(big.sum()), int(ulps.max(initial=0)), float(x[big][0]) if big.any() else 0.0
+
+
+@pytest.mark.parametrize("target", ["c", AVX2])
+@pytest.mark.parametrize("c, stride", [(c, 1021) for c in DENSE_DIVISORS]
+                         + [(c, 12289) for c in DIVISORS])
+def test_division_by_a_constant_equals_ieee_division_on_a_dense_sample(c, stride, target):
+    """Every ``stride``-th float32 bit pattern of both signs (4.2 million inputs or 350,000,
+    every exponent): bit for bit x / c for |x| >= 2^-100, zeros, infinities and NaN; within
+    1 ulp below."""
+    if target == AVX2:
+        _need_avx2()
+    f = _div_kernel(1 << 22, c, target)
+    assert "lt_divf(" in f.source and " / " not in f.source.split("int div_kernel")[1]
+    n = 1 << 22
+    bits = np.arange(0, 1 << 32, stride, dtype=np.uint64).astype(np.uint32)
+    bits = np.concatenate([bits, np.zeros(-bits.size % n, np.uint32)])    # whole kernels
+    for k in range(0, bits.size, n):
+        big, small_ulp, at = _div_mismatches(f, c, bits[k:k + n])
+        assert big == 0, f"x / {c}: {big} results differ from the division, e.g. x = {at!r}"
+        assert small_ulp <= 1, f"x / {c}: {small_ulp} ulp off for some |x| < 2^-100"
+
+
+def test_division_by_a_constant_special_values_in_every_lane():
+    f = _div_kernel(67, 3.0)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 3.0, -3.0,
+                        3.4028235e38, -3.4028235e38, 1.1754944e-38, 6.0, 1.0, -1.0],
+                       np.float32)
+    rng = np.random.default_rng(5)
+    for pos in range(67):
+        x = rng.uniform(-1e6, 1e6, 67).astype(np.float32)
+        x[pos] = special[pos % special.size]
+        y = np.empty_like(x)
+        f(x, y)
+        want = x / np.float32(3.0)
+        same = (y.view(np.uint32) == want.view(np.uint32)) | (np.isnan(y) & np.isnan(want))
+        assert same.all(), f"x[{pos}] = {x[pos]!r}: got {y[~same]}, want {want[~same]}"
+
+
+def test_a_power_of_two_divisor_is_a_multiply_and_other_divisors_keep_the_division():
+    assert "(X[" in _div_kernel(64, 4.0).source and "* 0.25f" in _div_kernel(64, 4.0).source
+    assert "* 2.0f" in _div_kernel(64, 0.5).source
+    for c in (0.3, 1e30, 3e7):        # outside 1 <= |c| <= 2^24: a division
+        src = _div_kernel(64, c).source
+        assert "lt_divf" not in src and " / " in src.split("int div_kernel")[1], c
+    g = _div_kernel(64, 3.0, "c -ieee-div")
+    assert "lt_divf" not in g.source and " / 3.0f" in g.source
+    x = np.random.default_rng(0).standard_normal(64).astype(np.float32)
+    for f, c in ((_div_kernel(64, 4.0), 4.0), (_div_kernel(64, 0.3), 0.3), (g, 3.0)):
+        y = np.empty_like(x)
+        f(x, y)
+        np.testing.assert_array_equal(y, x / np.float32(c))
+
+
+def test_a_divisor_read_from_data_is_a_division():
+    X = lt.placeholder((64,), "float32", name="X")
+    D = lt.placeholder((64,), "float32", name="D")
+    Y = lt.compute((64,), lambda i: X[i] / D[i], name="Y")
+    f = lt.build(lt.create_schedule(Y), [X, D, Y], name="div_data")
+    assert "lt_divf" not in f.source
+
+
+@pytest.mark.slow
+def test_division_by_a_constant_over_every_float32():
+    """All 2^32 inputs (the check backends/c_math.py quotes for 12 divisors) for c = 10, one
+    whose tiny inputs are 1 ulp off, in chunks of 2^24 (about a minute)."""
+    n, c = 1 << 24, 10.0
+    f = _div_kernel(n, c)
+    for k in range(0, 1 << 32, n):
+        bits = np.arange(k, k + n, dtype=np.uint64).astype(np.uint32)
+        big, small_ulp, at = _div_mismatches(f, c, bits)
+        assert big == 0, f"x / {c}: {big} results differ from the division, e.g. x = {at!r}"
+        assert small_ulp <= 1
