@@ -330,7 +330,7 @@ class _KernelGen(CCodegen):
     """The body of one kernel (the C generator's expressions and statements, OpenCL loops)."""
 
     def __init__(self, scan: _Scan, spaces: dict[int, str]):
-        super().__init__()
+        super().__init__(ieee_div=True)     # OpenCL C divides as its device does (no lt_divf)
         self.expr = _CLExpr(self)
         self.scan, self.spaces = scan, spaces
         self.thread_tags = [t for t in sorted(scan.launch) if t.startswith("threadIdx")

@@ -216,15 +216,20 @@ def _need_avx2() -> None:
         pytest.skip("this CPU runs no AVX2 + FMA code (gcc -march=native defines neither)")
 
 
-def _exp_kernel(n: int, target: str = "c"):
+def _map_kernel(n: int, fn, name: str, target: str = "c"):
+    """Y[i] = fn(X[i]) over n float32s, vectorized 64 at a time."""
     X = lt.placeholder((n,), "float32", name="X")
-    Y = lt.compute((n,), lambda i: lt.exp(X[i]), name="Y")
+    Y = lt.compute((n,), lambda i: fn(X[i]), name="Y")
     s = lt.create_schedule(Y)
     _, xi = s[Y].split(s[Y].op.axis[0], factor=64)
     s[Y].vectorize(xi)
-    f = lt.build(s, [X, Y], target=target, name="exp_kernel")
+    f = lt.build(s, [X, Y], target=target, name=name)
     ALIVE.append(f)
     return f
+
+
+def _exp_kernel(n: int, target: str = "c"):
+    return _map_kernel(n, lt.exp, "exp_kernel", target)
 
 
 def _ulp_error(x: np.ndarray, got: np.ndarray) -> np.ndarray:
@@ -401,14 +406,7 @@ TINY = 2.0 ** -100      # below it lt_divf may be 1 ulp off (r underflows); exac
 
 
 def _div_kernel(n: int, c: float, target: str = "c"):
-    X = lt.placeholder((n,), "float32", name="X")
-    Y = lt.compute((n,), lambda i: X[i] / c, name="Y")
-    s = lt.create_schedule(Y)
-    _, xi = s[Y].split(s[Y].op.axis[0], factor=64)
-    s[Y].vectorize(xi)
-    f = lt.build(s, [X, Y], target=target, name="div_kernel")
-    ALIVE.append(f)
-    return f
+    return _map_kernel(n, lambda x: x / c, "div_kernel", target)
 
 
 def _div_mismatches(f, c: float, bits: np.ndarray) -> tuple[int, int, float]:
