@@ -78,8 +78,8 @@ static inline float lt_expf(float x) {
 # float32 division by a constant c (backends/c_codegen.py; the target option -ieee-div keeps
 # the division). A vector division is slow next to a multiply (AVX-512 vdivps: one per 5-10
 # cycles on Intel cores against two multiplies per cycle), and a 3x3 blur that divides by 3
-# twice per point ran 9.1 ms at 4096^2 on a 2-core Emerald Rapids against 5.5 with x * (1/3)
-# (Halide's figure: its LLVM codegen allows reciprocals). x * RN(1/c) alone is up to 1.5 ulp
+# twice per point ran 9.1 ms at 4096^2 on a 2-core Emerald Rapids against 5.5 with x * (1/3),
+# Halide's time (whose blur is not the exact quotient). x * RN(1/c) alone is up to 1.5 ulp
 # off x / c; Markstein's correction makes it exact:
 #   q = RN(x * rc), rc = RN(1/c);  r = x - q*c (exact, one fused multiply-add);
 #   x / c = RN(q + r * rc)  (one more fused multiply-add)

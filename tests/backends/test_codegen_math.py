@@ -434,9 +434,9 @@ def test_division_by_a_constant_equals_ieee_division_on_a_dense_sample(c, stride
     1 ulp below."""
     if target == AVX2:
         _need_avx2()
-    f = _div_kernel(1 << 22, c, target)
-    assert "lt_divf(" in f.source and " / " not in f.source.split("int div_kernel")[1]
     n = 1 << 22
+    f = _div_kernel(n, c, target)
+    assert "lt_divf(" in f.source and " / " not in f.source.split("int div_kernel")[1]
     bits = np.arange(0, 1 << 32, stride, dtype=np.uint64).astype(np.uint32)
     bits = np.concatenate([bits, np.zeros(-bits.size % n, np.uint32)])    # whole kernels
     for k in range(0, bits.size, n):
@@ -462,7 +462,8 @@ def test_division_by_a_constant_special_values_in_every_lane():
 
 
 def test_a_power_of_two_divisor_is_a_multiply_and_other_divisors_keep_the_division():
-    assert "(X[" in _div_kernel(64, 4.0).source and "* 0.25f" in _div_kernel(64, 4.0).source
+    by_4 = _div_kernel(64, 4.0)
+    assert "(X[" in by_4.source and "* 0.25f" in by_4.source
     assert "* 2.0f" in _div_kernel(64, 0.5).source
     for c in (0.3, 1e30, 3e7):        # outside 1 <= |c| <= 2^24: a division
         src = _div_kernel(64, c).source
@@ -470,7 +471,7 @@ def test_a_power_of_two_divisor_is_a_multiply_and_other_divisors_keep_the_divisi
     g = _div_kernel(64, 3.0, "c -ieee-div")
     assert "lt_divf" not in g.source and " / 3.0f" in g.source
     x = np.random.default_rng(0).standard_normal(64).astype(np.float32)
-    for f, c in ((_div_kernel(64, 4.0), 4.0), (_div_kernel(64, 0.3), 0.3), (g, 3.0)):
+    for f, c in ((by_4, 4.0), (_div_kernel(64, 0.3), 0.3), (g, 3.0)):
         y = np.empty_like(x)
         f(x, y)
         np.testing.assert_array_equal(y, x / np.float32(c))
