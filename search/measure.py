@@ -217,6 +217,7 @@ class Measurer:
 
     def __init__(self, task: Task, option: MeasureOption):
         self.task, self.option = task, option
+        self._spec: dict | None = None
         self._builders: WorkerPool | None = None
         self._runner: WorkerPool | None = None
         self._ref_dir: str | None = None
@@ -232,19 +233,27 @@ class Measurer:
             raise LooptuneError("tuning was started inside a measurement worker: the module "
                                 "or script defining the template starts tuning when imported; "
                                 "put that code under `if __name__ == \"__main__\":`")
-        spec = self.task.spec()
+        self._spec = spec = self.task.spec()
         opt = self.option
         init_timeout = max(120.0, 10 * opt.timeout)
         self._ref_dir = tempfile.mkdtemp(prefix="looptune-ref-")
         try:
-            self._builders = WorkerPool(opt.n_parallel, "builder", builder_init, spec,
-                                        builder_job, init_timeout)
+            # the builders start with the first measure(): a Measurer that only re-measures
+            # (graph.tune's final re-measure of a task whose workers were stopped) builds
+            # nothing, and starting them cost two processes' imports for nothing
             self._runner = WorkerPool(1, "runner", runner_init, (spec, opt, self._ref_dir),
                                       runner_job, init_timeout)
         except BaseException:
             self.close()
             raise
         return self
+
+    def _builder_pool(self) -> WorkerPool:
+        if self._builders is None:
+            self._builders = WorkerPool(self.option.n_parallel, "builder", builder_init,
+                                        self._spec, builder_job,
+                                        max(120.0, 10 * self.option.timeout))
+        return self._builders
 
     def __exit__(self, *exc) -> None:
         self.close()
@@ -261,9 +270,9 @@ class Measurer:
 
     def measure(self, configs: Sequence[ConfigEntity]) -> Iterator[MeasureResult]:
         """Measure ``configs``; yields each result (in order) as soon as it is known."""
-        if self._builders is None:
+        if self._runner is None:
             raise LooptuneError("Measurer.measure: use the Measurer as a context manager")
-        built = self._builders.map([c.index for c in configs], self.option.timeout)
+        built = self._builder_pool().map([c.index for c in configs], self.option.timeout)
         for cfg, b in zip(configs, built):
             res = self._from_build(cfg, b)
             if res.error_kind is ErrorKind.NONE:
@@ -284,8 +293,8 @@ class Measurer:
         for r in range(rounds if configs else 0):
             if stop is not None and stop():
                 return
-            if self.option.remeasure_fresh:
-                self._runner.renew()
+            if self.option.remeasure_fresh and self._runner.used:
+                self._runner.renew()      # a runner that has timed nothing yet is new already
             k = r % len(configs)
             for cfg in configs[k:] + configs[:k]:
                 res = MeasureResult(cfg, flop=self.task.flop, kind="remeasure")

@@ -147,6 +147,7 @@ class WorkerPool:
         self.init_timeout = init_timeout
         self._workers: list[_Worker] = [_Worker(self) for _ in range(self.n)]
         self.restarts = 0
+        self.used = False           # a job was sent since the workers were (re)started
 
     def __enter__(self) -> WorkerPool:
         return self
@@ -179,6 +180,7 @@ class WorkerPool:
         self.close()
         self._workers = [_Worker(self) for _ in range(self.n)]
         self.restarts += self.n
+        self.used = False
 
     def _restart(self, k: int) -> None:
         self._workers[k].kill()
@@ -219,6 +221,7 @@ class WorkerPool:
                     continue
                 w.job, w.t0 = job, time.monotonic()
                 w.deadline = w.t0 + timeout
+                self.used = True
 
     def _wait_and_collect(self, out: list) -> None:
         now = time.monotonic()
