@@ -2,6 +2,7 @@
 verification after every pass (LOOPTUNE_VERIFY_IR=1) and the opencl target fixture."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 import zlib
@@ -14,6 +15,29 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 # every lowering in the tests verifies its IR after each statement pass (schedule/verify.py)
 os.environ.setdefault("LOOPTUNE_VERIFY_IR", "1")
+
+
+FUZZ_MODULE = "tests/schedule/test_fuzz.py"
+
+
+if importlib.util.find_spec("xdist") is not None:
+    def pytest_xdist_make_scheduler(config, log):
+        """Under ``-n`` with the default ``--dist load``: every test of test_fuzz.py goes to
+        one worker; every other test is a unit of its own, handed out one by one. That
+        module's module-scoped autouse fixture starts the whole ASan+UBSan batch (every
+        sanitized case of the session, built in a private cache) on each worker that runs any
+        of its tests, so with the module split over two workers both built and ran the same
+        batch (about 40 s of a core each). (``xdist_group`` marks would say the same, but
+        pytest-xdist 3.8 groups by renaming nodeids, which pytest 9 no longer honours.)"""
+        if config.getoption("dist") != "load":
+            return None
+        from xdist.scheduler import LoadScopeScheduling
+
+        class FuzzModuleOnOneWorker(LoadScopeScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                return FUZZ_MODULE if nodeid.startswith(FUZZ_MODULE + "::") else nodeid
+
+        return FuzzModuleOnOneWorker(config, log)
 
 
 def pytest_addoption(parser):
