@@ -2,7 +2,6 @@
 verification after every pass (LOOPTUNE_VERIFY_IR=1) and the opencl target fixture."""
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 import zlib
@@ -20,41 +19,41 @@ os.environ.setdefault("LOOPTUNE_VERIFY_IR", "1")
 FUZZ_MODULE = "tests/schedule/test_fuzz.py"
 
 
-if importlib.util.find_spec("xdist") is not None:
-    def pytest_xdist_make_scheduler(config, log):
-        """Under ``-n`` with the default ``--dist load``: xdist's load scheduling, except that
-        every test of test_fuzz.py goes to one worker. That module's module-scoped autouse
-        fixture starts the whole ASan+UBSan batch (every sanitized case of the session, built
-        in a private cache) on each worker that runs any of its tests, so with the module
-        split over two workers both built and ran the same batch (about 40 s of a core
-        each). (``xdist_group`` marks would say the same, but pytest-xdist 3.8 groups by
-        renaming nodeids, which pytest 9 no longer honours.)"""
-        if config.getoption("dist") != "load":
-            return None
-        from xdist.scheduler import LoadScheduling
+@pytest.hookimpl(optionalhook=True)    # an xdist hook: unknown without pytest-xdist
+def pytest_xdist_make_scheduler(config, log):
+    """Under ``-n`` with the default ``--dist load``: xdist's load scheduling, except that
+    every test of test_fuzz.py goes to one worker. That module's module-scoped autouse
+    fixture starts the whole ASan+UBSan batch (every sanitized case of the session, built
+    in a private cache) on each worker that runs any of its tests, so with the module
+    split over two workers both built and ran the same batch (about 40 s of a core
+    each). (``xdist_group`` marks would say the same, but pytest-xdist 3.8 groups by
+    renaming nodeids, which pytest 9 no longer honours.)"""
+    if config.getoption("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScheduling
 
-        class FuzzModuleOnOneWorker(LoadScheduling):
-            fuzz: set[int] | None = None       # its tests' indices, until they are sent
+    class FuzzModuleOnOneWorker(LoadScheduling):
+        fuzz: set[int] | None = None       # its tests' indices, until they are sent
 
-            def schedule(self) -> None:
-                if self.collection is None:
-                    collection = next(iter(self.node2collection.values()))
-                    self.fuzz = {i for i, nodeid in enumerate(collection)
-                                 if nodeid.startswith(FUZZ_MODULE + "::")}
-                super().schedule()
+        def schedule(self) -> None:
+            if self.collection is None:
+                collection = next(iter(self.node2collection.values()))
+                self.fuzz = {i for i, nodeid in enumerate(collection)
+                             if nodeid.startswith(FUZZ_MODULE + "::")}
+            super().schedule()
 
-            def _send_tests(self, node, num: int) -> None:
-                chunk = self.pending[:num]
-                if not self.fuzz or self.fuzz.isdisjoint(chunk):
-                    return super()._send_tests(node, num)
-                # the first chunk holding one of them: this worker gets all of them too
-                mine = sorted(set(chunk) | self.fuzz)
-                self.pending[:] = [i for i in self.pending[num:] if i not in self.fuzz]
-                self.fuzz = None
-                self.node2pending[node].extend(mine)
-                node.send_runtest_some(mine)
+        def _send_tests(self, node, num: int) -> None:
+            chunk = self.pending[:num]
+            if not self.fuzz or self.fuzz.isdisjoint(chunk):
+                return super()._send_tests(node, num)
+            # the first chunk holding one of them: this worker gets all of them too
+            mine = sorted(set(chunk) | self.fuzz)
+            self.pending[:] = [i for i in self.pending[num:] if i not in self.fuzz]
+            self.fuzz = None
+            self.node2pending[node].extend(mine)
+            node.send_runtest_some(mine)
 
-        return FuzzModuleOnOneWorker(config, log)
+    return FuzzModuleOnOneWorker(config, log)
 
 
 def pytest_addoption(parser):
