@@ -14,5 +14,15 @@ from .backends import Target, TimeResult, build
 from . import search
 from .schedule import replay
 from .search import template
-from . import graph
-from .graph.export import export_library
+
+
+def __getattr__(name: str):
+    """``lt.graph`` and ``lt.export_library`` load the graph compiler on first use: the
+    measurement workers (a builder or runner process per tune, a runner per re-measure
+    round) import looptune and never use it; loading it took ~0.1 s of each one's start."""
+    import importlib
+    if name == "graph":
+        return importlib.import_module(".graph", __name__)   # also sets the attribute
+    if name == "export_library":
+        return importlib.import_module(".graph.export", __name__).export_library
+    raise AttributeError(f"module 'looptune' has no attribute {name!r}")
