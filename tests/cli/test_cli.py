@@ -26,6 +26,24 @@ def tuned_log(tmp_path_factory):
     return log
 
 
+@pytest.fixture(scope="module")
+def matmul_log(tmp_path_factory):
+    """A log of four correct records of matmul(48, 40, 24), written directly: what the
+    fast tests of show --log, --transfer's errors and another task's log read. (They used
+    tuned_log, whose real tune and re-measure took ~9 s; the slow tests here still read
+    that one, and tests/cli/test_cli_logs.py reads written logs like this one.)"""
+    from looptune.operators import load_operators
+    from looptune.search import LogWriter, MeasureResult, Record, create_task
+    load_operators(MATMUL)                     # registers the template
+    task = create_task("matmul", tuple(int(a) for a in SMALL.split(",")))
+    log = tmp_path_factory.mktemp("cli") / "mm_written.jsonl"
+    with LogWriter(log) as w:
+        for index, cost in ((3, 2.0e-5), (1, 1.5e-5), (7, 3.0e-5), (0, 2.5e-5)):
+            res = MeasureResult(task.config_space.get(index), [cost] * 2, flop=task.flop)
+            w.write(Record.from_result(task.key, res))
+    return log
+
+
 def _trials(path) -> list[dict]:
     recs = [json.loads(line) for line in Path(path).read_text().splitlines()]
     return [r for r in recs if r["kind"] == "measure"]
@@ -58,13 +76,13 @@ def test_tune_resume_continues_the_count(tuned_log, capsys):
         assert line.split()[2] == "ms" and line.split()[3].startswith("±")
 
 
-def test_show_lowered_source_and_steps(tuned_log, capsys):
+def test_show_lowered_source_and_steps(matmul_log, capsys):
     assert main(["show", MATMUL, "--args", SMALL]) == 0
     out = capsys.readouterr().out
     assert "hand schedule" in out and "for " in out and "vectorized" in out
     assert main(["show", MATMUL, "--args", SMALL, "--source"]) == 0
     assert "#pragma omp" in capsys.readouterr().out
-    assert main(["show", MATMUL, "--args", SMALL, "--log", str(tuned_log), "--steps"]) == 0
+    assert main(["show", MATMUL, "--args", SMALL, "--log", str(matmul_log), "--steps"]) == 0
     out = capsys.readouterr().out
     assert "tuned config #" in out and "\ns[C]." in out        # one recorded step a line
 
@@ -172,9 +190,9 @@ def test_tune_gbt_transfers_from_another_size(tuned_log, tmp_path, capsys):
     (["--tuner", "ga"], "the ga tuner has none: add --tuner gbt"),
     (["--tuner", "gbt"], "hold no usable records of other tasks"),   # only its own records
 ])
-def test_transfer_errors(tuned_log, extra, message, tmp_path, capsys):
+def test_transfer_errors(matmul_log, extra, message, tmp_path, capsys):
     assert main(["tune", MATMUL, "--args", SMALL, "--trials", "2", "--transfer",
-                 str(tuned_log), "--log", str(tmp_path / "x.jsonl"), *extra]) == 2
+                 str(matmul_log), "--log", str(tmp_path / "x.jsonl"), *extra]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert message in err
 
@@ -185,8 +203,8 @@ def test_transfer_log_must_exist(tmp_path, capsys):
     assert "--transfer: no such log: /no/such.jsonl" in capsys.readouterr().err
 
 
-def test_log_of_another_task(tuned_log, capsys):
-    assert main(["show", SOFTMAX, "--log", str(tuned_log)]) == 2
+def test_log_of_another_task(matmul_log, capsys):
+    assert main(["show", SOFTMAX, "--log", str(matmul_log)]) == 2
     err = capsys.readouterr().err
     assert "holds no usable correct record of softmax" in err and "matmul" in err
 
