@@ -12,13 +12,24 @@ import numpy as np
 import onnx
 import pytest
 
-torch = pytest.importorskip("torch")
+if importlib.util.find_spec("torch") is None:
+    pytest.skip("could not import 'torch': it is not installed", allow_module_level=True)
 pytest.importorskip("onnxruntime")
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCH))
-import models_torch  # benchmarks/models_torch.py
-import torch_twins  # benchmarks/torch_twins.py
+# imported by _torch below, when a test here runs: importing torch takes ~2 s, which every
+# xdist worker paid while collecting the suite (and the fast loop's workers at its start)
+torch = models_torch = torch_twins = None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _torch():
+    global torch, models_torch, torch_twins
+    torch = pytest.importorskip("torch")
+    import models_torch as mt  # benchmarks/models_torch.py
+    import torch_twins as tt  # benchmarks/torch_twins.py
+    models_torch, torch_twins = mt, tt
 
 
 def _bench_models():
