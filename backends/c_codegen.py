@@ -335,6 +335,12 @@ class CCodegen(StmtVisitor):
         self.emit(f"{self.buf_name(s.buffer)}[{self.flat(s.buffer, s.indices)}] = "
                   f"{self.expr.visit(s.value)};")
 
+    def visit_Prefetch(self, s):
+        self.helpers.add("lt_prefetch")
+        count = self.expr.visit(simplify(s.count, self.ranges.facts))
+        self.emit(f"lt_prefetch(&{self.buf_name(s.buffer)}[{self.flat(s.buffer, s.indices)}], "
+                  f"(int64_t)({count}) * {dt.itemsize(s.buffer.dtype)});")
+
     def visit_LetStmt(self, s):
         self.emit(f"const int64_t {self.var_name(s.var)} = {self.expr.visit(s.value)};")
         with self.ranges.let(s.var, s.value):

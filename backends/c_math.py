@@ -161,11 +161,23 @@ def _stream(name: str, ctype: str, sfx: str) -> str:
     return "\n".join(text + ["#endif", "  for (; i < n; ++i) dst[i] = src[i];", "}", ""])
 
 
+# s[T].prefetch (schedule/prefetch.py): every 64-byte line of [p, p + bytes) asked for, read
+# intent, all cache levels. A hint: no fault, no result depends on it (a no-op where the
+# compiler's target has no prefetch instruction).
+PREFETCH = r"""/* s[T].prefetch; see backends/c_math.py */
+static inline void lt_prefetch(const void *p, int64_t bytes) {
+  if (bytes <= 0) return;
+  const char *a = (const char *)((uintptr_t)p & ~(uintptr_t)63), *e = (const char *)p + bytes;
+  for (; a < e; a += 64) __builtin_prefetch(a, 0, 3);
+}
+"""
+
+
 # helper name -> its C definition (helper_source emits them in this order: lt_sfence first,
 # it includes <immintrin.h> for the stream helpers)
 HELPERS = {"lt_expf": EXPF, "lt_divf": DIVF, "lt_sfence": SFENCE,
            "lt_stream_f32": _stream("lt_stream_f32", "float", "ps"),
-           "lt_stream_f64": _stream("lt_stream_f64", "double", "pd")}
+           "lt_stream_f64": _stream("lt_stream_f64", "double", "pd"), "lt_prefetch": PREFETCH}
 
 
 def helper_source(names) -> str:

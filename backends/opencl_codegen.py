@@ -45,7 +45,8 @@ from ..lang.visitor import ExprVisitor, collect_vars
 from ..schedule.lower import LoweredFunc
 from ..schedule.ranges import RangeContext
 from ..schedule.verify import verify_pass
-from ..schedule.stmt import Allocate, Buffer, For, ForKind, Seq, Stmt, StmtVisitor, Store
+from ..schedule.stmt import (EMPTY, Allocate, Buffer, For, ForKind, Seq, Stmt, StmtMutator,
+                             StmtVisitor, Store)
 from .c_codegen import FLOOR_HELPERS, CCodegen, _CExpr, _dim, _minmax_helpers
 from .opencl_barriers import insert_barriers
 from .sanitize import c_comment, c_identifier
@@ -517,9 +518,22 @@ def _kernel(f: LoweredFunc, part: Stmt, kname: str, global_bufs: list[Buffer],
     return info, gen.kernel(info, part, inputs), gen
 
 
+class _DropPrefetches(StmtMutator):
+    """``s[T].prefetch`` is a CPU cache hint: OpenCL devices get none (a prefetch's row
+    loops, left empty, go too)."""
+
+    def visit_Prefetch(self, s):
+        return EMPTY
+
+    def visit_For(self, s):
+        out = super().visit_For(s)
+        empty = isinstance(out.body, Seq) and not out.body.stmts
+        return EMPTY if empty and out is not s else out
+
+
 def generate_opencl(f: LoweredFunc) -> CLSource:
     """The OpenCL program for ``f``: one kernel per top-level statement, in order."""
-    temps, parts = split_kernels(f.body)
+    temps, parts = split_kernels(_DropPrefetches().visit(f.body))
     for t in temps:
         if t.scope == "shared":
             raise ScheduleError(f"'{t.name}' has scope 'shared' but is computed at root, "

@@ -17,7 +17,7 @@ from ..lang.expr import Const, IterKind, IterVar
 from . import relations as rel
 from .attach import Attach, AttachAt
 from .relations import THREAD_TAGS, Annot
-from .steps import Step, loop_ref, stage_ref, unpack
+from .steps import Step, loop_ref, stage_ref, tensor_ref, unpack
 
 if TYPE_CHECKING:
     from .schedule import Schedule
@@ -66,6 +66,7 @@ class Split(Step):
         if p in st.annotations:
             raise st._err(prim, f"loop '{p.name}' is already annotated "
                           f"{st.annotations[p][0].value}; split before annotating")
+        _check_prefetched(st, prim, p, "split before prefetching")
 
     def apply(self, s: Schedule) -> tuple[IterVar, IterVar]:
         st = s.stage(self.stage)
@@ -125,6 +126,7 @@ class Fuse(_LoopsStep):
             if v in st.annotations:
                 raise st._err(prim, f"loop '{v.name}' is already annotated "
                               f"{st.annotations[v][0].value}; fuse before annotating")
+            _check_prefetched(st, prim, v, "fuse before prefetching")
         total = 1
         for v in vs:
             total = total * v.extent.value if isinstance(v.extent, Const) and \
@@ -249,6 +251,10 @@ class Annotate(Step):
         st = s.stage(self.stage)
         v = st.loop(self.loop)
         _check_annotation(st, self.primitive, v, self.kind)
+        if self.kind in (Annot.VECTORIZE, Annot.STREAM):
+            _check_prefetched(st, f"{self.primitive}({v.name})", v, "a SIMD loop has no "
+                              "iterations of its own to prefetch in: split it and "
+                              f"{self.primitive} the inner loop")
         if self.kind is Annot.STREAM:
             _check_stream(st, v)
 
@@ -286,6 +292,8 @@ class Bind(Step):
                               "tag indexes one loop of a stage: bind this one to another "
                               "dimension or fuse the two loops first")
         _check_annotation(st, "bind", v, Annot.BIND, self.tag)
+        _check_prefetched(st, prim, v, "a bound loop has no iterations of its own to "
+                          "prefetch in: split it and bind the inner loop")
 
     def apply(self, s: Schedule) -> None:
         st = s.stage(self.stage)
@@ -293,6 +301,79 @@ class Bind(Step):
 
     def __str__(self) -> str:
         return f"{stage_ref(self.stage)}.bind({loop_ref(self.stage, self.loop)}, {self.tag!r})"
+
+
+def _reads(s: Schedule, st: Stage, t) -> bool:
+    """Does ``st`` read tensor ``t``, directly or through the stages inlined into it (as
+    they are now: a stage inlined later makes lowering refuse a prefetch of it)?"""
+    stack, seen = [st.op], set()
+    while stack:
+        for x in stack.pop().inputs:
+            if x is t:
+                return True
+            if id(x) not in seen and s.has_stage(x) and s[x].attach is Attach.INLINE:
+                seen.add(id(x))
+                stack.append(s[x].op)
+    return False
+
+
+def _check_prefetched(st: Stage, prim: str, v: IterVar, advice: str) -> None:
+    """Split and fuse keep the loops a prefetch names (like annotations: do them first); a
+    SIMD or bound loop takes none."""
+    for name, lp, _ in st.prefetches:
+        if lp is v:
+            raise st._err(prim, f"loop '{v.name}' prefetches '{name}'; {advice}")
+
+
+def _check_prefetch_loop(st: Stage, prim: str, v: IterVar) -> None:
+    """A prefetch sits at the top of each iteration of a scalar loop (serial, unrolled or
+    parallel): a SIMD or GPU-bound loop has no iterations of its own to put it in."""
+    kind = st.annotations.get(v, (None,))[0]
+    if kind in (Annot.VECTORIZE, Annot.STREAM, Annot.BIND):
+        raise st._err(prim, f"loop '{v.name}' is marked {kind.value}: its iterations run as "
+                      "one SIMD or GPU step; prefetch at a loop outside it")
+
+
+@dataclass(frozen=True, slots=True)
+class Prefetch(Step):
+    """``s[C].prefetch(T, loop, offset)``: ``tensor`` names the tensor T read by C."""
+
+    tensor: str
+    loop: str
+    offset: int = 1
+
+    PRIMITIVES = ("prefetch",)
+
+    def __post_init__(self):
+        object.__setattr__(self, "offset", _size(self.offset))
+
+    def validate(self, s: Schedule) -> None:
+        st = s.stage(self.stage)
+        v = st.loop(self.loop)
+        prim = f"prefetch({self.tensor}, {self.loop})"
+        off = as_size(self.offset)
+        if off is None or not 1 <= off <= MAX_EXTENT:
+            raise st._err(prim, f"offset must be a positive int (iterations ahead); got "
+                          f"{self.offset!r}")
+        t = s.tensor(self.tensor)
+        if t is st.tensor:
+            raise st._err(prim, f"'{self.tensor}' is what '{st.name}' computes; prefetch a "
+                          "tensor it reads")
+        if not _reads(s, st, t):
+            raise st._err(prim, f"'{st.name}' does not read '{self.tensor}' (not even through "
+                          f"inlined stages); it reads {sorted({x.name for x in st.op.inputs})}")
+        if (self.tensor, v) in {(n, lp) for n, lp, _ in st.prefetches}:
+            raise st._err(prim, f"'{self.tensor}' is already prefetched at loop '{v.name}'; "
+                          "prefetch it once per loop")
+        _check_prefetch_loop(st, prim, v)
+
+    def apply(self, s: Schedule) -> None:
+        st = s.stage(self.stage)
+        st.prefetches.append((self.tensor, st.loop(self.loop), self.offset))
+
+    def __str__(self) -> str:
+        return (f"{stage_ref(self.stage)}.prefetch({tensor_ref(self.tensor)}, "
+                f"{loop_ref(self.stage, self.loop)}, {self.offset})")
 
 
 # ---- where the stage is computed -----------------------------------------------------------

@@ -32,6 +32,7 @@ from .stmt import (Allocate, Buffer, For, ForKind, IfThenElse, LetStmt, Stmt, St
 from .passes import (REGION_HOOKS, RegionHook, check_nesting, partition_tails, simplify_stmt,
                      unroll_loops)
 from .passes.substitute import substitute_stmt
+from .prefetch import prefetch_stmts
 from .verify import verify_pass
 
 _FOR_KIND = {Annot.UNROLL: ForKind.UNROLLED, Annot.VECTORIZE: ForKind.VECTORIZED,
@@ -493,7 +494,9 @@ class _Lowering:
         first_red = next((k for k, v in enumerate(leaves) if v.kind is IterKind.REDUCE), None)
         stmt = core
         for lvl in reversed(range(start, len(leaves))):
-            stmt = _guard(guards.get(lvl, []), self._with_attached(st, leaves[lvl], stmt))
+            stmt = seq(*prefetch_stmts(self, st, lvl, extents),
+                       self._with_attached(st, leaves[lvl], stmt))
+            stmt = _guard(guards.get(lvl, []), stmt)
             stmt = self._loop(st, leaves[lvl], extents[lvl], stmt)
             if init is not None and lvl == first_red:
                 stmt = seq(self._init_nest(st, init, guards, extents, first_red), stmt)
@@ -519,6 +522,12 @@ class _Lowering:
                                     f"{expr_str(ey)}) differ in extent; split them alike")
         mapping = {y.var: x.var for x, y in zip(la[:f], lb[:f])}
         self._check_fused_reads(a, b, f, mapping, lets, prim)
+        for st, fl in ((a, la[:f]), (b, lb[:f])):
+            pf = next(((n, lp) for n, lp, _ in st.prefetches if lp in fl), None)
+            if pf is not None:
+                raise ScheduleError(f"{prim}: loop '{pf[1].name}' of '{st.name}' prefetches "
+                                    f"'{pf[0]}' and is fused; prefetch at a loop inside the "
+                                    "fused ones")
         parts = {st: self._own_loops(st, f) for st in (a, b)}
 
         def own(st: Stage, leaves: list) -> Stmt:

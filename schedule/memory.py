@@ -216,7 +216,7 @@ class RFactor(Step):
         if lp.kind is not IterKind.REDUCE:
             raise ScheduleError(f"stage '{st.name}': {prim}: loop '{lp.name}' is spatial; "
                                 "rfactor takes one of the reduction's loops")
-        if st.annotations or st.attach is not Attach.ROOT or any(
+        if st.annotations or st.prefetches or st.attach is not Attach.ROOT or any(
                 r.parent.kind is IterKind.SPATIAL for r in st.relations
                 if isinstance(r, Split)) or any(isinstance(r, Fuse) for r in st.relations):
             raise ScheduleError(f"stage '{st.name}': {prim}: apply rfactor right after "

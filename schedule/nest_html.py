@@ -23,6 +23,7 @@ from .stmt import (
     ForKind,
     IfThenElse,
     LetStmt,
+    Prefetch,
     Seq,
     StmtVisitor,
     Store,
@@ -150,6 +151,10 @@ class _Html(StmtVisitor):
 
     def visit_Barrier(self, s: Barrier):
         self.line("barrier()")
+
+    def visit_Prefetch(self, s: Prefetch):
+        idx = ", ".join(self.x(i) for i in s.indices)
+        self.line(f"prefetch {_e(s.buffer.name)}[{idx}] x {self.x(s.count)}")
 
 
 def _buffer_rows(render: _Html, func) -> str:

@@ -39,6 +39,7 @@ class StageState:
     attach: str
     scope: str | None
     fused: str = ""                                # compute_with: "host.loop"
+    prefetches: tuple[tuple[str, str, int], ...] = ()   # (tensor, loop, offset)
 
 
 def _relation_str(r) -> str:
@@ -70,11 +71,13 @@ class Stage:
         self.all_iter_vars: list[IterVar] = list(self.leaf_iter_vars)
         self.relations: list[Split | Fuse] = []
         self.annotations: dict[IterVar, tuple[Annot, str | int | None]] = {}
+        self.prefetches: list[tuple[str, IterVar, int]] = []   # (tensor, loop, offset)
         self.fused_with = None
 
     @property
     def is_scheduled(self) -> bool:
-        return bool(self.relations or self.annotations) or self.leaf_iter_vars != (
+        return bool(self.relations or self.annotations or self.prefetches) or \
+            self.leaf_iter_vars != (
             list(self.op.axis) + list(self.op.reduce_axis))
 
     @property
@@ -93,7 +96,8 @@ class Stage:
                          for v, (k, a) in self.annotations.items())),
             str(self.attach), self.scope,
             "" if self.fused_with is None else
-            f"{self.fused_with.stage.name}.{self.fused_with.loop.name}")
+            f"{self.fused_with.stage.name}.{self.fused_with.loop.name}",
+            tuple(sorted((t, v.name, off) for t, v, off in self.prefetches)))
 
     def __repr__(self):
         return f"Stage({self.name})"
@@ -229,6 +233,39 @@ class Stage:
         annotated; lowering, for a loop no longer innermost, a stage attached inside it or a
         store not contiguous in it."""
         self._annotate(Annot.STREAM, loop)
+
+    def prefetch(self, tensor, loop: IterVar, offset: int = 1) -> None:
+        """At the top of each iteration of ``loop``, ask the caches for the part of
+        ``tensor`` (read by this stage) that iteration ``loop + offset`` will read: a hint
+        that never changes a result (Halide's and TVM's ``prefetch``). For an operand
+        streamed from L2 or memory faster than the hardware prefetchers follow, e.g. the
+        packed panels of a GEMM micro-kernel, ``offset`` iterations ahead.
+
+        The region is what one iteration of ``loop`` reads of ``tensor`` (the loops inside
+        it span their extents), clamped into the buffer, so no address outside it is formed;
+        the last iterations fetch the last one's region again. C: ``__builtin_prefetch`` of
+        each 64-byte line of the region's rows; OpenCL: nothing (PoCL and GPUs prefetch
+        through their own means). ``loop`` is a serial, unrolled or parallel loop of this
+        stage (not vectorized, streamed or bound); split and fuse it before.
+
+        ``for ki: P += Ap[ki, 0:8] * Bp[ki, 0:32]`` with ``prefetch(Bp, ki, 16)`` ->
+        ``for ki: prefetch Bp[min(ki + 16, K - 1), 0:32]; P += ...``
+
+        Raises ``ScheduleError`` (naming the stage, tensor and loop) for a tensor the stage
+        does not read, its own output, an offset below 1, a SIMD or bound loop, the same
+        tensor twice at one loop; lowering, for a buffer not allocated around the loop
+        (computed inside it) or a loop at a compute_with level."""
+        v = self._leaf(f"prefetch({getattr(tensor, 'name', tensor)}, ...)", loop)
+        name = getattr(tensor, "name", None)
+        if not isinstance(name, str):
+            raise self._err(f"prefetch({tensor!r}, {v.name})", "expected a tensor this stage "
+                            f"reads; got {tensor!r}")
+        found = self.schedule.tensor(name)
+        if found is not tensor:
+            raise self._err(f"prefetch({name}, {v.name})", f"another tensor of this schedule "
+                            f"is called '{name}'; steps name tensors, so give the two "
+                            "distinct names")
+        self.schedule.apply_step(ls.Prefetch(self.name, name, v.name, offset))
 
     def bind(self, loop: IterVar, tag: str) -> None:
         """Bind ``loop`` to a GPU index: ``blockIdx.x|y|z`` or ``threadIdx.x|y|z``."""

@@ -94,6 +94,18 @@ class Barrier(Stmt):
     scope: str = "local"
 
 
+@dataclass(frozen=True, slots=True, repr=False)
+class Prefetch(Stmt):
+    """A hint, never a read: fetch into the caches every line of ``buffer`` from element
+    ``indices`` through ``count`` elements along the last dimension (``s[T].prefetch``).
+    Results never depend on it; C emits ``__builtin_prefetch`` per cache line, OpenCL
+    nothing. Lowering clamps ``indices`` and ``count`` into the buffer."""
+
+    buffer: Buffer
+    indices: tuple[Expr, ...]
+    count: Expr
+
+
 EMPTY = Seq(())   # the statement that does nothing (passes compare with ``is``)
 
 
@@ -149,6 +161,11 @@ class StmtVisitor:
     def visit_Barrier(self, s):
         pass
 
+    def visit_Prefetch(self, s):
+        for i in s.indices:
+            self.visit_expr(i)
+        self.visit_expr(s.count)
+
 
 class StmtMutator:
     """Rebuilds statements; ``visit_expr`` maps every expression (identity by default)."""
@@ -194,6 +211,13 @@ class StmtMutator:
 
     def visit_Barrier(self, s):
         return s
+
+    def visit_Prefetch(self, s):
+        idx = tuple(self.visit_expr(i) for i in s.indices)
+        n = self.visit_expr(s.count)
+        if n is s.count and all(a is b for a, b in zip(idx, s.indices)):
+            return s
+        return Prefetch(s.buffer, idx, n)
 
 
 # ---- printing ------------------------------------------------------------------------------
@@ -300,6 +324,10 @@ class _Printer(StmtVisitor):
 
     def visit_Barrier(self, s):
         self.emit("barrier()")
+
+    def visit_Prefetch(self, s):
+        idx = ", ".join(self.x(i) for i in s.indices)
+        self.emit(f"prefetch {s.buffer.name}[{idx}] x {self.x(s.count)}")
 
 
 def stmt_str(s: Stmt, names: dict[Var, str] | None = None) -> str:

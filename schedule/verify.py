@@ -148,6 +148,10 @@ class _Verify(StmtVisitor):
         self.buffer_use(s.buffer, f"a store to '{s.buffer.name}'")
         self.exprs(f"a store to '{s.buffer.name}'", *s.indices, s.value)
 
+    def visit_Prefetch(self, s):
+        self.buffer_use(s.buffer, f"a prefetch of '{s.buffer.name}'")
+        self.exprs(f"a prefetch of '{s.buffer.name}'", *s.indices, s.count)
+
     def visit_Allocate(self, s):
         b = s.buffer
         if b.uid in self.buffers:

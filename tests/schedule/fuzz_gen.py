@@ -245,11 +245,25 @@ def _compute_root(s, st, rng, bad):
     return f"s[{st.name}].compute_root()", st.compute_root
 
 
+def _prefetch(s, st, rng, bad):
+    """A tensor the stage reads, at one of its loops, some iterations ahead (bad: its own
+    output, a tensor it does not read, a stale loop or offset 0/-1)."""
+    reads = list(st.op.inputs)
+    t = _choice(rng, reads) if reads else st.tensor
+    if bad and rng.random() < 0.5:
+        t = _choice(rng, [st.tensor, *(x.tensor for x in s.stages)])
+    loop = _loop(s, st, rng, bad and rng.random() < 0.5)
+    offset = int(_choice(rng, (0, -1))) if bad and rng.random() < 0.3 else \
+        int(_choice(rng, (1, 2, 3, 8, 16)))
+    return f"s[{st.name}].prefetch({t.name}, {getattr(loop, 'name', loop)}, {offset})", \
+        lambda: st.prefetch(t, loop, offset)
+
+
 LOOP_PRIMITIVES = {  # name -> (weight, picker(s, stage, rng, bad) -> (text, thunk) | None)
     "split": (3.0, _split), "tile": (2.0, _tile), "fuse": (2.0, _fuse),
     "reorder": (2.0, _reorder), "unroll": (1.0, _annotate("unroll")),
     "vectorize": (1.5, _annotate("vectorize")), "parallel": (1.0, _annotate("parallel")),
-    "stream": (0.8, _annotate("stream")),
+    "stream": (0.8, _annotate("stream")), "prefetch": (0.8, _prefetch),
     "compute_at": (3.0, _compute_at), "compute_inline": (1.5, _compute_inline),
     "compute_root": (0.3, _compute_root), "compute_with": (1.0, _compute_with),
 }

@@ -1,0 +1,134 @@
+"""Lowering ``s[C].prefetch(T, loop, offset)``: the prefetch statements at the top of each
+iteration of ``loop``.
+
+The region is what one iteration of ``loop`` reads of ``T``: every load of ``T`` in the stage's
+body (after inlining), its indices in leaf loops, with the loops inside ``loop`` relaxed over
+their extents and ``loop`` itself moved ``offset`` iterations ahead (``min(loop + offset,
+extent - 1)``: the last iterations fetch the last region again). Per dimension the union of
+the loads' bounds, clamped into ``T``'s buffer (an attached stage's buffer holds only its
+region at the attach point), so no address outside the buffer is ever formed. The rows of the
+region (every dimension but the last) become loops around one ``Prefetch`` of the row's
+elements; code generators fetch each cache line of it.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..errors import ScheduleError
+from ..lang.expr import BinKind, BinOp, Const, Expr, Var
+from ..lang.printer import expr_str
+from ..lang.simplify import simplify
+from ..lang.visitor import collect_loads, substitute
+from .attach import Attach, AttachAt
+from .bound import interval, relax_leaves
+from .stmt import For, ForKind, Prefetch, Stmt
+
+if TYPE_CHECKING:
+    from .lower import _Lowering
+    from .stage import Stage
+
+
+def _min(a: Expr, b: Expr) -> Expr:
+    return BinOp(BinKind.MIN, a, b)
+
+
+def _max(a: Expr, b: Expr) -> Expr:
+    return BinOp(BinKind.MAX, a, b)
+
+
+def _c(v: int) -> Const:
+    return Const(v, "int32")
+
+
+def _with_lets(e: Expr, lets: dict) -> Expr:
+    """``e`` with the region variables of attached stages replaced by their values (nested
+    attach points: a few rounds), so that bounds see through them."""
+    for _ in range(8):
+        out = substitute(e, lets)
+        if out is e or out == e:
+            return out
+        e = out
+    return e
+
+
+def prefetch_stmts(lw: _Lowering, st: Stage, lvl: int, extents: list[Expr]) -> list[Stmt]:
+    """The prefetches ``st`` asked for at its loop ``st.leaf_iter_vars[lvl]``."""
+    leaf = st.leaf_iter_vars[lvl]
+    return [_prefetch(lw, st, lvl, extents, name, offset)
+            for name, loop, offset in st.prefetches if loop is leaf]
+
+
+def _prefetch(lw: _Lowering, st: Stage, lvl: int, extents: list[Expr], name: str,
+              offset: int) -> Stmt:
+    leaf = st.leaf_iter_vars[lvl]
+    prim = f"stage '{st.name}': prefetch({name}, {leaf.name})"
+    t = lw.s.tensor(name)
+    loads = [ld for ld in collect_loads(lw.body[st]) if ld.tensor is t]
+    if not loads:
+        why = ""
+        if lw.s.has_stage(t) and lw.s[t].attach is Attach.INLINE:
+            why = f" ('{name}' is inlined into it: prefetch the tensors '{name}' reads)"
+        raise ScheduleError(f"{prim}: '{st.name}' reads no element of '{name}' after "
+                            f"inlining{why}; prefetch a tensor its loops load")
+    _check_scope(lw, st, lvl, t, prim)
+    nest = lw.nests[st]
+    lets = {v: val for pairs in lw.lets.values() for v, val in pairs}
+    env: dict = {}
+    relax_leaves(nest, st.leaf_iter_vars[lvl + 1:], env, lw.ranges)
+    env = {v: (_with_lets(lo, lets), _with_lets(hi, lets)) for v, (lo, hi) in env.items()}
+    ahead = _min(leaf.var + _c(offset), extents[lvl] - _c(1))
+    buf = lw.buffers[id(t)]
+    offs = lw.offsets.get(id(t)) or [_c(0)] * t.ndim
+    region = []
+    for d in range(t.ndim):
+        lo = hi = None
+        for ld in loads:
+            idx = substitute(substitute(ld.indices[d], nest.values), {leaf.var: ahead})
+            r = interval(_with_lets(idx, lets), env, lw.ranges)
+            if r is None:
+                raise ScheduleError(
+                    f"{prim}: cannot bound the elements of '{name}' that one iteration reads "
+                    f"(index {expr_str(ld.indices[d])} of dimension {d}); prefetch at a loop "
+                    "where that index is affine in the loops")
+            lo = r[0] if lo is None else simplify(_min(lo, r[0]), lw.ranges)
+            hi = r[1] if hi is None else simplify(_max(hi, r[1]), lw.ranges)
+        # into the buffer: its region starts at offs[d] and holds the buffer's extent there
+        size = _with_lets(_region_extent(lw, t, d), lets)
+        off = _with_lets(offs[d], lets)
+        lo_b = simplify(_max(lo - off, _c(0)), lw.ranges)
+        hi_b = simplify(_min(hi - off, size - _c(1)), lw.ranges)
+        region.append((lo_b, simplify(_max(hi_b - lo_b + _c(1), _c(0)), lw.ranges)))
+    *rows, (last_lo, count) = region
+    row_vars = [Var(f"{name}.prefetch{d}") for d in range(len(rows))]
+    stmt: Stmt = Prefetch(buf, tuple(lo + v for (lo, _), v in zip(rows, row_vars)) +
+                          (last_lo,), count)
+    for v, (_, n) in reversed(list(zip(row_vars, rows))):
+        stmt = For(v, _c(0), n, ForKind.SERIAL, stmt)
+    return stmt
+
+
+def _region_extent(lw: _Lowering, t, d: int) -> Expr:
+    """How many elements dimension ``d`` of ``t``'s buffer holds where it is read: the
+    region's extent variable of an attached stage, the tensor's size otherwise."""
+    if lw.s.has_stage(t) and isinstance(lw.s[t].attach, AttachAt):
+        return lw.lets[lw.s[t]][2 * d + 1][0]
+    size = t.shape[d]
+    return size if isinstance(size, Expr) else _c(size)
+
+
+def _check_scope(lw: _Lowering, st: Stage, lvl: int, t, prim: str) -> None:
+    """``t``'s buffer must exist around the loop: an argument, computed at root, or attached
+    at a loop that encloses this one (of this stage: strictly outside it)."""
+    if not lw.s.has_stage(t):
+        return
+    ts = lw.s[t]
+    if not isinstance(ts.attach, AttachAt):
+        return
+    host, hloop = ts.attach.stage, ts.attach.loop
+    if host is st and st.leaf_iter_vars.index(hloop) >= lvl:
+        raise ScheduleError(f"{prim}: '{t.name}' is computed inside loop "
+                            f"'{st.leaf_iter_vars[lvl].name}' (compute_at {host.name}, "
+                            f"{hloop.name}): its buffer does not exist yet when the loop "
+                            "starts an iteration, and holds only the current iteration's "
+                            "values; prefetch at a loop inside the attach point, or what "
+                            f"'{t.name}' reads")

@@ -1,0 +1,357 @@
+"""``s[C].prefetch(T, loop, offset)``: cache hints at the top of each iteration of a loop.
+
+A prefetch never changes a result: every case is checked bit for bit against the same
+schedule without it (and against numpy), at sizes with tails, with offsets past the loop's
+end, in parallel and unrolled loops, for inputs and for attached intermediates. Every
+address a prefetch forms lies inside its buffer (an interpreter of the lowered loops walks
+every iteration of small cases). The generated C, the steps (printing, JSON, replay, state),
+the OpenCL build (no prefetch there) and the errors of the primitive and of lowering."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from sanitizer_runner import sanitizer_env
+from util import ALIVE
+
+import looptune as lt
+from looptune.lang.expr import Const, Var
+from looptune.lang.simplify import simplify
+from looptune.lang.visitor import substitute
+from looptune.schedule import steps as steps_mod
+from looptune.schedule.stmt import (Allocate, For, IfThenElse, LetStmt, Prefetch, Seq,
+                                    Store)
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
+import matmul  # noqa: E402  (the packed GEMM whose micro-kernel prefetches its panels)
+
+
+def _gemm(n, m, k, mr=4, nr=16, kc=16, mc=8, nc=32, prefetch=()):
+    """The example's packed GEMM; ``prefetch``: (tensor name, offset) at the micro-kernel's
+    reduction loop."""
+    s, args = matmul._schedule(n, m, k, "float32", mr, nr, kc, mc, nc)
+    P = s.stage("partial")
+    (pk,) = [v for v in P.leaf_iter_vars if v.name == "ki"]
+    for name, off in prefetch:
+        P.prefetch(s.tensor(name), pk, off)
+    return s, args
+
+
+def _run(s, args, seed=0):
+    f = lt.build(s, args)
+    ALIVE.append(f)
+    rng = np.random.default_rng(seed)
+    ins = [rng.uniform(-1, 1, [int(d) for d in t.shape]).astype(t.dtype) for t in args[:-1]]
+    out = np.zeros([int(d) for d in args[-1].shape], args[-1].dtype)
+    f(*ins, out)
+    return ins, out, f
+
+
+# ---- exactness -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n,m,k", [(8, 32, 16), (13, 37, 29), (1, 5, 3), (33, 70, 47)])
+@pytest.mark.parametrize("offset", [1, 3, 16, 1000])
+def test_gemm_panels_prefetched_is_bit_for_bit_the_same(n, m, k, offset):
+    plain = _run(*_gemm(n, m, k))[1]
+    ins, got, f = _run(*_gemm(n, m, k, prefetch=[("B_packed", offset), ("A_packed", offset)]))
+    assert "lt_prefetch(&B_packed[" in f.source and "lt_prefetch(&A_packed[" in f.source
+    np.testing.assert_array_equal(got, plain)
+    np.testing.assert_allclose(got, ins[0] @ ins[1], rtol=1e-5, atol=1e-5)
+
+
+def _blur(h=19, w=45):
+    I = lt.placeholder((h + 2, w + 2), name="I")
+    bx = lt.compute((h + 2, w), lambda y, x: I[y, x] + I[y, x + 1] + I[y, x + 2], name="bx")
+    by = lt.compute((h, w), lambda y, x: bx[y, x] + bx[y + 1, x] + bx[y + 2, x], name="by")
+    return I, bx, by
+
+
+def _blur_ref(img):
+    bx = img[:, :-2] + img[:, 1:-1] + img[:, 2:]
+    return bx[:-2] + bx[1:-1] + bx[2:]
+
+
+@pytest.mark.parametrize("where", ["inline", "root", "strip"])
+def test_stencil_rows_prefetched_in_a_parallel_loop_exact(where):
+    """by's row loop prefetches the rows it will read ``offset`` rows ahead: three rows of
+    bx (or, with bx inlined, of the input): a loop of rows around each prefetch."""
+    I, bx, by = _blur()
+    s = lt.create_schedule(by)
+    y, x = s[by].op.axis
+    yo, yi = s[by].split(y, factor=4)
+    s[by].parallel(yo)
+    s[by].vectorize(x)
+    if where == "inline":
+        s[bx].compute_inline()
+        s[by].prefetch(I, yi, 2)
+    elif where == "root":
+        s[by].prefetch(bx, yi, 2)
+    else:
+        s[bx].compute_at(s[by], yo)
+        s[by].prefetch(bx, yi, 1)
+    text = str(lt.lower(s, [I, by]))
+    assert "prefetch " in text and "prefetch0" in text, text     # rows: a loop of rows
+    img = np.random.default_rng(1).uniform(-1, 1, (21, 47)).astype("float32")
+    out = np.zeros((19, 45), "float32")
+    f = lt.build(s, [I, by])
+    ALIVE.append(f)
+    f(img, out)
+    plain = lt.create_schedule(by)
+    if where == "inline":
+        plain[bx].compute_inline()
+    ref = np.zeros_like(out)
+    g = lt.build(plain, [I, by])
+    ALIVE.append(g)
+    g(img, ref)
+    np.testing.assert_array_equal(out, ref)
+    np.testing.assert_allclose(out, _blur_ref(img), rtol=1e-5, atol=1e-5)
+
+
+def test_prefetch_in_an_unrolled_loop_and_symbolic_sizes_exact():
+    n, m = lt.var("n"), lt.var("m")
+    A = lt.placeholder((n, m), name="A")
+    B = lt.compute((n, m), lambda i, j: A[i, j] * 2.0 + 1.0, name="B")
+    s = lt.create_schedule(B)
+    io, ii = s[B].split(s[B].loop("i"), factor=4)
+    s[B].unroll(ii)
+    s[B].prefetch(A, io, 1)
+    s[B].prefetch(A, ii, 2)
+    f = lt.build(s, [A, B])
+    ALIVE.append(f)
+    for shape in [(1, 1), (9, 13), (16, 64)]:
+        a = np.random.default_rng(2).uniform(-1, 1, shape).astype("float32")
+        b = np.zeros_like(a)
+        f(a, b)
+        np.testing.assert_array_equal(b, a * 2 + 1)
+
+
+# ---- every address inside its buffer -------------------------------------------------------
+
+def _value(e, env) -> int:
+    v = simplify(substitute(e, env)) if not isinstance(e, int) else Const(e, "int32")
+    assert isinstance(v, Const), f"not constant under the loops: {e} -> {v}"
+    return int(v.value)
+
+
+def _walk(s, env, seen: list) -> None:
+    """Run the lowered loops (their control flow only) and check every prefetch's region
+    against its buffer's shape."""
+    if isinstance(s, Seq):
+        for x in s.stmts:
+            _walk(x, env, seen)
+    elif isinstance(s, For):
+        lo = _value(s.min, env)
+        for i in range(lo, lo + _value(s.extent, env)):
+            _walk(s.body, {**env, s.var: Const(i, "int32")}, seen)
+    elif isinstance(s, LetStmt):
+        _walk(s.body, {**env, s.var: Const(_value(s.value, env), "int32")}, seen)
+    elif isinstance(s, IfThenElse):
+        c = simplify(substitute(s.cond, env))
+        if not isinstance(c, Const) or c.value:
+            _walk(s.then, env, seen)
+        if s.orelse is not None and (not isinstance(c, Const) or not c.value):
+            _walk(s.orelse, env, seen)
+    elif isinstance(s, Allocate):
+        _walk(s.body, env, seen)
+    elif isinstance(s, Prefetch):
+        shape = [_value(d if not isinstance(d, int) else Const(d, "int32"), env)
+                 for d in s.buffer.shape]
+        idx = [_value(i, env) for i in s.indices]
+        count = _value(s.count, env)
+        assert all(0 <= i < d for i, d in zip(idx, shape)), (s.buffer.name, idx, shape)
+        assert 0 <= count and idx[-1] + count <= shape[-1], (s.buffer.name, idx, count, shape)
+        seen.append((s.buffer.name, tuple(idx), count))
+    else:
+        assert isinstance(s, Store), type(s)
+
+
+@pytest.mark.parametrize("offset", [1, 5, 40])
+def test_every_prefetched_address_is_inside_its_buffer(offset):
+    """Tails of every split (13 x 37 x 29 with 4 x 16 tiles, kc 16) and an offset beyond the
+    loop: every prefetch of the packed panels stays inside the (attached) buffers."""
+    s, args = _gemm(13, 37, 29, prefetch=[("B_packed", offset), ("A_packed", offset)])
+    f = lt.lower(s, args)
+    seen: list = []
+    _walk(f.body, {}, seen)
+    names = {x[0] for x in seen}
+    assert names == {"A_packed", "B_packed"} and len(seen) > 500
+    # the last iterations fetch the last region again (no row past it)
+    assert max(i[1] for n, i, _ in seen if n == "B_packed") == 15
+
+
+def test_stencil_rows_prefetched_stay_inside_the_strip_buffer():
+    I, bx, by = _blur(11, 9)
+    s = lt.create_schedule(by)
+    yo, yi = s[by].split(s[by].op.axis[0], factor=4)
+    s[bx].compute_at(s[by], yo)                  # bx holds the strip's rows + 2 only
+    s[by].prefetch(bx, yi, 3)
+    s[bx].prefetch(I, s[bx].op.axis[0], 3)      # bx's own rows: of the strip's input rows
+    seen: list = []
+    _walk(lt.lower(s, [I, by]).body, {}, seen)
+    assert {n for n, _, _ in seen} == {"bx", "I"}
+    assert all(c == 9 for n, _, c in seen if n == "bx")
+
+
+# ---- the generated code, the steps ---------------------------------------------------------
+
+def test_generated_c_fetches_each_line_ahead_and_clamps_the_iteration():
+    s, args = _gemm(32, 64, 64, kc=32, prefetch=[("B_packed", 16)])
+    text = str(lt.lower(s, args))
+    # ki's 32 iterations: the first 16 fetch ki + 16, the last 16 the last row (tails
+    # partitioned: min(ki + 16, 31) folds in each part)
+    assert "prefetch B_packed[j.inner.outer, (ki + 16), 0] x 16" in text, text
+    assert "prefetch B_packed[j.inner.outer, 31, 0] x 16" in text, text
+    src = lt.build(s, args).source
+    assert "__builtin_prefetch(a, 0, 3)" in src
+    assert "lt_prefetch(&A_packed" not in src       # only what was asked for
+    plain = lt.build(*_gemm(32, 64, 64)).source
+    assert "lt_prefetch" not in plain               # no helper when nothing prefetches
+
+
+def test_steps_print_serialise_replay_and_state():
+    s, args = _gemm(13, 37, 29, prefetch=[("B_packed", 16)])
+    step = s.steps[-1]
+    assert str(step) == "s[partial].prefetch(B_packed, s[partial].loop('ki'), 16)"
+    assert steps_mod.dumps([step]) == '[["prefetch", "partial", ["B_packed", "ki", 16]]]'
+    fresh, _ = matmul._schedule(13, 37, 29, "float32", 4, 16, 16, 8, 32)
+    again = lt.replay(lt.create_schedule(args[-1]), steps_mod.loads(steps_mod.dumps(s.steps)))
+    assert str(lt.lower(again, args)) == str(lt.lower(s, args))
+    ns = steps_mod.namespace(fresh)
+    exec(str(step), ns)
+    assert fresh.state == s.state
+    # a prefetch is part of the program: the same loops without it are another state
+    assert _gemm(13, 37, 29)[0].state != s.state
+    assert _gemm(13, 37, 29, prefetch=[("B_packed", 8)])[0].state != s.state
+
+
+def test_opencl_drops_the_hints_and_stays_exact(opencl):
+    I, bx, by = _blur()
+    s = lt.create_schedule(by)
+    s[bx].compute_inline()
+    y, x = s[by].op.axis
+    s[by].bind(y, "blockIdx.x")
+    xo, xi = s[by].split(x, factor=16)
+    s[by].prefetch(I, xo, 1)
+    f = lt.build(s, [I, by], target=opencl)
+    img = np.random.default_rng(3).uniform(-1, 1, (21, 47)).astype("float32")
+    out = np.zeros((19, 45), "float32")
+    f(img, out)
+    np.testing.assert_allclose(out, _blur_ref(img), rtol=1e-5, atol=1e-5)
+
+
+# ---- errors --------------------------------------------------------------------------------
+
+def test_errors_of_the_primitive():
+    I, bx, by = _blur()
+    J = lt.placeholder((3,), name="J")
+    s = lt.create_schedule(by)
+    y, x = s[by].op.axis
+    with pytest.raises(lt.ScheduleError, match=r"stage 'by': prefetch\(I, y\): 'by' does not "
+                       r"read 'I' \(not even through inlined stages\); it reads \['bx'\]"):
+        s[by].prefetch(I, y, 1)            # by reads bx, which is not inlined
+    with pytest.raises(lt.ScheduleError, match=r"s.tensor\('J'\): no stage or input is called"):
+        s[by].prefetch(J, y, 1)
+    with pytest.raises(lt.ScheduleError, match=r"prefetch\(by, y\): 'by' is what 'by' "
+                       r"computes; prefetch a tensor it reads"):
+        s[by].prefetch(by, y, 1)
+    for bad in (0, -2, 1.5, "x"):
+        with pytest.raises(lt.ScheduleError, match=r"prefetch\(bx, y\): offset must be a "
+                           r"positive int"):
+            s[by].prefetch(bx, y, bad)
+    with pytest.raises(lt.ScheduleError, match=r"expected a tensor this stage reads; got 3"):
+        s[by].prefetch(3, y, 1)
+    with pytest.raises(lt.ScheduleError, match=r"prefetch\(bx, \.\.\.\): loop 'y' is a loop "
+                       r"of stage 'bx'"):
+        s[by].prefetch(bx, s[bx].op.axis[0], 1)
+    s[by].vectorize(x)
+    with pytest.raises(lt.ScheduleError, match=r"prefetch\(bx, x\): loop 'x' is marked "
+                       r"vectorize: .*prefetch at a loop outside it"):
+        s[by].prefetch(bx, x, 1)
+    s[by].prefetch(bx, y, 2)
+    with pytest.raises(lt.ScheduleError, match=r"'bx' is already prefetched at loop 'y'"):
+        s[by].prefetch(bx, y, 4)
+    with pytest.raises(lt.ScheduleError, match=r"split\(y\): loop 'y' prefetches 'bx'; split "
+                       r"before prefetching"):
+        s[by].split(y, factor=2)
+    s2 = lt.create_schedule(by)
+    y2, x2 = s2[by].op.axis
+    s2[by].prefetch(bx, x2, 1)
+    with pytest.raises(lt.ScheduleError, match=r"fuse\(y, x\): loop 'x' prefetches 'bx'; fuse "
+                       r"before prefetching"):
+        s2[by].fuse(y2, x2)
+    with pytest.raises(lt.ScheduleError, match=r"vectorize\(x\): loop 'x' prefetches 'bx'; a "
+                       r"SIMD loop has no iterations of its own"):
+        s2[by].vectorize(x2)
+    with pytest.raises(lt.ScheduleError, match=r"bind\(x\): loop 'x' prefetches 'bx'; a bound "
+                       r"loop has no iterations"):
+        s2[by].bind(x2, "threadIdx.x")
+    s2[by].parallel(x2)                     # a loop may prefetch and run in parallel
+
+
+def test_errors_at_lowering():
+    I, bx, by = _blur()
+    s = lt.create_schedule(by)
+    y, x = s[by].op.axis
+    s[by].prefetch(bx, y, 1)
+    s[bx].compute_inline()                  # inlined after the prefetch was asked for
+    with pytest.raises(lt.ScheduleError, match=r"stage 'by': prefetch\(bx, y\): 'by' reads no "
+                       r"element of 'bx' after inlining \('bx' is inlined into it: prefetch "
+                       r"the tensors 'bx' reads\)"):
+        lt.lower(s, [I, by])
+
+    s = lt.create_schedule(by)
+    y, x = s[by].op.axis
+    s[bx].compute_at(s[by], y)              # bx's buffer exists inside each iteration of y
+    s[by].prefetch(bx, y, 1)
+    with pytest.raises(lt.ScheduleError, match=r"prefetch\(bx, y\): 'bx' is computed inside "
+                       r"loop 'y' \(compute_at by, y\): its buffer does not exist yet"):
+        lt.lower(s, [I, by])
+    s = lt.create_schedule(by)
+    y, x = s[by].op.axis
+    s[bx].compute_at(s[by], y)
+    s[by].prefetch(bx, x, 1)                # inside the attach point: fine
+    lt.lower(s, [I, by])
+
+    A = lt.placeholder((8, 8), name="A")
+    P = lt.compute((8, 8), lambda i, j: A[i, j] + 1.0, name="P")
+    Q = lt.compute((8, 8), lambda i, j: A[i, j] * 2.0, name="Q")
+    C = lt.compute((8, 8), lambda i, j: P[i, j] + Q[i, j], name="C")
+    s = lt.create_schedule(C)
+    s[P].prefetch(A, s[P].op.axis[0], 1)
+    s[Q].compute_with(s[P], s[Q].op.axis[0] if False else s[P].op.axis[0])
+    with pytest.raises(lt.ScheduleError, match=r"loop 'i' of 'P' prefetches 'A' and is fused; "
+                       r"prefetch at a loop inside the fused ones"):
+        lt.lower(s, [A, C])
+
+
+ASAN_CASE = """
+import sys
+sys.path.insert(0, {examples!r})
+import numpy as np
+import looptune as lt
+import matmul
+s, args = matmul._schedule(13, 37, 29, "float32", 4, 16, 16, 8, 32)
+P = s.stage("partial")
+ki = P.loop("ki")
+P.prefetch(s.tensor("B_packed"), ki, 40)
+P.prefetch(s.tensor("A_packed"), ki, 3)
+f = lt.build(s, args, target="c -sanitize=address,undefined")
+rng = np.random.default_rng(0)
+a = rng.uniform(-1, 1, (13, 29)).astype("float32")
+b = rng.uniform(-1, 1, (29, 37)).astype("float32")
+c = np.zeros((13, 37), "float32")
+f(a, b, c)
+assert np.allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+print("ok")
+"""
+
+
+def test_prefetch_under_asan_and_ubsan():
+    examples = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
+    proc = subprocess.run([sys.executable, "-c", ASAN_CASE.format(examples=examples)],
+                          capture_output=True, text=True, timeout=300, env=sanitizer_env(),
+                          check=False)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
