@@ -19,6 +19,15 @@ Zen 4). ``kc`` keeps an A and a B micro-panel within a quarter of L2 (``Target.c
 With 1 MiB of L2, kc = K up to 1638: at 1024^3 one K block measured fastest (kc 1024: 21.6 ms,
 512: 22.8, 256: 24.9 on one Zen 4 core, CPU time), K blocks start for larger K or smaller L2.
 Full tiles get constant extents (tails are guarded), so the kernel is exact for any size.
+
+Prefetch: at each step of k the micro-kernel asks the caches for the B micro-panel's row
+``prefetch`` steps ahead (``s[partial].prefetch(B_packed, ki, d)``, ``PREFETCH_BYTES`` = 2 KiB
+of the panel ahead: d = 16 with 32 floats a row, 32 with 16). The panel (kc x nr, 128 KiB at
+kc = 1024) streams from L2 or beyond faster than the hardware prefetchers follow. Measured
+paired in one process, 1024^3, on a 2-core Xeon (Emerald Rapids, AVX-512), median of 30
+interleaved calls: one thread 14.78 -> 14.47 ms (d = 16; 8: 14.45), two threads 10.90 ->
+10.10 ms; prefetching the A panel too was no better (14.46 one thread) and slower on two
+threads (11.33). The template's ``prefetch_scale`` knob lets a tune choose (0: none).
 """
 from __future__ import annotations
 
@@ -66,8 +75,12 @@ def packed_algorithm(N: int, M: int, K: int, mr: int, nr: int, kc: int,
     return [A, B, Ap, Bp, P, C]
 
 
+PREFETCH_BYTES = 2048   # how far ahead the micro-kernel asks for its B panel (see the doc)
+
+
 def blocking(N: int, M: int, K: int, dtype: str = "float32", target: str = "c") -> dict:
-    """The hand schedule's sizes for this machine: mr, nr, kc, mc, nc (see the module doc)."""
+    """The hand schedule's sizes for this machine: mr, nr, kc, mc, nc and the prefetch
+    distance in rows of k (see the module doc)."""
     t = lt.Target.parse(target)
     lanes, item = t.vector_lanes(dtype), np.dtype(dtype).itemsize
     nr = 2 * lanes
@@ -78,7 +91,9 @@ def blocking(N: int, M: int, K: int, dtype: str = "float32", target: str = "c") 
     mc = max(mr, l2 // 4 // (item * kc) // mr * mr)
     threads = int(t.options.get("threads", 0)) or _cpus()
     nc = max(nr, _ceil(_ceil(M, threads), nr) * nr)
-    return {"mr": mr, "nr": nr, "kc": kc, "mc": min(mc, _ceil(N, mr) * mr), "nc": nc}
+    prefetch = max(4, PREFETCH_BYTES // (nr * item))
+    return {"mr": mr, "nr": nr, "kc": kc, "mc": min(mc, _ceil(N, mr) * mr), "nc": nc,
+            "prefetch": min(prefetch, kc)}
 
 
 def _cpus() -> int:
@@ -87,7 +102,8 @@ def _cpus() -> int:
         (os.cpu_count() or 1)
 
 
-def _schedule(N, M, K, dtype, mr, nr, kc, mc, nc):
+def _schedule(N, M, K, dtype, mr, nr, kc, mc, nc, prefetch=0,
+              prefetch_tensors=("B_packed",)):
     A, B, Ap, Bp, P, C = packed_algorithm(N, M, K, mr, nr, kc, dtype)
     s = lt.create_schedule(C)
     i, j = s[C].op.axis
@@ -97,15 +113,17 @@ def _schedule(N, M, K, dtype, mr, nr, kc, mc, nc):
     ic, i1 = s[C].split(i, factor=mc)
     ir, ii = s[C].split(i1, factor=mr)
     s[C].reorder(jc, *ko, ic, jr, ir, ii, ji)
+    s[C].parallel(jc)
     s[C].vectorize(ji)
     s[C].unroll(ii)
-    s[C].parallel(jc)
     s[P].compute_at(s[C], ir)             # the micro-kernel
     _, pi, pj = s[P].op.axis
     (pk,) = s[P].op.reduce_axis
     s[P].reorder(pk, pi, pj)
     s[P].unroll(pi)
     s[P].vectorize(pj)
+    for name in prefetch_tensors if prefetch else ():  # the panels, `prefetch` rows of k ahead
+        s[P].prefetch(s.tensor(name), pk, prefetch)
     s[Bp].compute_at(s[C], ko[0] if ko else jc)   # a kc x nc block of B, per thread
     s[Bp].vectorize(s[Bp].op.axis[2])
     s[Ap].compute_at(s[C], ic)            # an mc x kc block of A
@@ -120,18 +138,20 @@ def hand_schedule(N: int, M: int, K: int, dtype: str = "float32", target: str = 
 @lt.template(NAME)
 def template(cfg, N: int, M: int, K: int, dtype: str = "float32"):
     """The hand schedule with its blocking as knobs, each a factor of the machine's size
-    (rows of the micro-tile, kc, mc, nc); the fallback config (the first value of each knob)
-    is the hand schedule."""
+    (rows of the micro-tile, kc, mc, nc, the prefetch distance; 0: none); the fallback
+    config (the first value of each knob) is the hand schedule."""
     b = blocking(N, M, K, dtype)
     cfg.define_knob("mr", [b["mr"], 4, 6, 12])
     cfg.define_knob("kc_scale", [1, 0.5, 0.25, 2])
     cfg.define_knob("mc_scale", [1, 0.5, 2, 4])
     cfg.define_knob("nc_scale", [1, 0.5, 0.25])
+    cfg.define_knob("prefetch_scale", [1, 0, 0.5, 2])
     mr = cfg["mr"].val
     kc = max(min(8, K), min(K, int(b["kc"] * cfg["kc_scale"].val)))
     mc = min(max(mr, int(b["mc"] * cfg["mc_scale"].val) // mr * mr), _ceil(N, mr) * mr)
     nc = max(b["nr"], int(b["nc"] * cfg["nc_scale"].val) // b["nr"] * b["nr"])
-    return _schedule(N, M, K, dtype, mr, b["nr"], kc, mc, nc)
+    pf = min(kc, int(b["prefetch"] * cfg["prefetch_scale"].val))
+    return _schedule(N, M, K, dtype, mr, b["nr"], kc, mc, nc, prefetch=pf)
 
 
 def reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:

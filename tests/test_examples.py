@@ -95,6 +95,38 @@ def test_matmul_blocking_fits_the_registers(target):
     assert b["kc"] * 4 * (b["mr"] + b["nr"]) <= t.cache_bytes(2) // 4 or b["kc"] <= 8
 
 
+@pytest.mark.parametrize("target", ["c", "c -march=haswell"])
+def test_matmul_micro_kernel_prefetches_its_b_panel_2_kib_ahead(target):
+    """The hand schedule asks for the B micro-panel's row ``prefetch`` steps of k ahead, 2 KiB
+    of the panel (16 rows of 32 floats with AVX-512, 32 of 16 with AVX2); the template's
+    ``prefetch_scale`` 0 builds the same kernel without it, exact either way."""
+    mm = _example("matmul")
+    b = mm.blocking(1024, 1024, 1024, target=target)
+    assert b["prefetch"] * b["nr"] * 4 == 2048
+    s, tensors = mm.hand_schedule(40, 70, 50, target=target)
+    (step,) = [x for x in s.steps if x.primitive == "prefetch"]
+    assert (step.stage, step.tensor, step.loop) == ("partial", "B_packed", "ki")
+    assert step.offset == min(b["prefetch"], 50)
+    src = lt.build(s, tensors, target=target).source
+    assert "lt_prefetch(&B_packed[" in src and "lt_prefetch(&A_packed[" not in src
+    task = lt.search.create_task("matmul", (40, 70, 50))
+    space = task.config_space
+    vec = [0] * len(space.dims)
+    vec[list(space.knobs).index("prefetch_scale")] = 1          # the value 0
+    cfg = space.get(space.index_of(vec))
+    assert cfg["prefetch_scale"].val == 0
+    s0, t0 = task.instantiate(cfg)
+    assert [x.primitive for x in s0.steps if x.primitive == "prefetch"] == []
+    hand = mm.hand_schedule(40, 70, 50)[0].steps             # the template's target: "c"
+    assert [str(x) for x in s0.steps] == [str(x) for x in hand if x.primitive != "prefetch"]
+    rng = np.random.default_rng(9)
+    a, bb = rng.random((40, 50), dtype=np.float32), rng.random((50, 70), dtype=np.float32)
+    for sched, ts in ((s, tensors), (s0, t0)):
+        c = np.full((40, 70), np.nan, np.float32)
+        lt.build(sched, ts)(a, bb, c)
+        np.testing.assert_allclose(c, a @ bb, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("sizes", [(37, 45, 70), (9, 100, 33), (1, 1, 1)])
 @pytest.mark.parametrize("blk", [{"mr": 8, "nr": 32, "kc": 16, "mc": 16, "nc": 32},
                                  {"mr": 6, "nr": 16, "kc": 70, "mc": 12, "nc": 48},
