@@ -193,7 +193,11 @@ def pin_openmp_runtime() -> bool:
     mode = getattr(os, "RTLD_NODELETE", 0) | getattr(os, "RTLD_NOLOAD", 0)
     try:
         with open("/proc/self/maps") as f:
-            mapped = set(_OPENMP_RUNTIME.findall(f.read()))
+            # the regex only on the lines naming an OpenMP library: run over the whole map
+            # (one line per mapping, five or so per loaded library) it took 45 ms once 500
+            # kernels were loaded, after every load: quadratic in a long-running process
+            mapped = set(_OPENMP_RUNTIME.findall(
+                "\n".join(ln for ln in f.read().splitlines() if "omp" in ln)))
     except OSError:                       # no /proc: the system's libgomp, if it is loaded
         mapped = {"libgomp.so.1"}
     for path in sorted(mapped - _PINNED):

@@ -74,8 +74,17 @@ def _op_file(tmp_path) -> str:
     return str(p)
 
 
+# ``looptune tune`` (as python -m looptune runs it) with report.py's side-by-side timing of the
+# summary shortened, as tests/cli/conftest.py does in process: its 15 blocks paused 0.2 s and
+# warmed up 0.1 s each, ~5 s after every worker's tune; these tests check the study, not the
+# summary's figures
+_LOOPTUNE = ("import sys; import looptune.report as r; "
+             "r.SETTLE_S, r.WARMUP_MS, r.MIN_REPEAT_MS = 0.01, 5.0, 5.0; "
+             "from looptune.cli import main; sys.exit(main())")
+
+
 def _tune_cmd(op: str, url: str, log, trials: int, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "looptune", "tune", op, "--tuner", "optuna", "--storage", url,
+    return [sys.executable, "-c", _LOOPTUNE, "tune", op, "--tuner", "optuna", "--storage", url,
             "--study", "pg", "--trials", str(trials), "--log", str(log), "--parallel", "2",
             "--number", "1", "--repeat", "1", "--timeout", "30", "--remeasure-top", "0",
             "--noise-threshold", "0", *extra]
