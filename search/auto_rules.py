@@ -39,6 +39,7 @@ UNROLL_BODY = 256
 CALL_OPS = 16          # vector operations a math call (exp, erf, tanh, ...) costs, roughly
 STORE_BYTES_PER_CYCLE = 4   # a stage's output written (and its inputs streamed) out of cache
 PACK_MIN_STRIDE = 4096      # bytes between a panel's rows from which the fallback packs it
+PREFETCH_BYTES = 2048       # how far ahead a micro-kernel asks for its vector operand
                             # (the L1 way size of x86 cores: 32 KiB / 8 ways)
 
 
@@ -409,6 +410,7 @@ class TilePlan:
     red: list
     pack: list
     lanes: int = 1
+    stream_operand: str | None = None    # read along the vector loop, no row loop (B)
 
 
 def plan_tiles(op, machine: Machine) -> TilePlan:
@@ -447,7 +449,22 @@ def plan_tiles(op, machine: Machine) -> TilePlan:
         middle[c] = choices(m, "all", 1, 2, 4, 8, 16, 32, limit=most[c])
     red = [choices(1, 2, 4, 8, 16, 64, 128, 256, *_whole(extent(r)), limit=extent(r))
            for r in op.reduce_axis]
-    return TilePlan(tiled, v, inner, middle, red, _pack_choices(op, rows, v), L)
+    item = dt.itemsize(op.output.dtype)
+    ahead = PREFETCH_BYTES // (max(inner[v]) * item)
+    streamed = _vector_operand(op, rows, v) if op.reduce_axis and \
+        extent(op.reduce_axis[-1]) >= 2 * max(1, ahead) else None
+    return TilePlan(tiled, v, inner, middle, red, _pack_choices(op, rows, v), L, streamed)
+
+
+def _vector_operand(op, rows, v) -> str | None:
+    """The tensor the micro-kernel streams vectors of: read along the vector loop ``v`` and
+    no row loop (B of a matmul), each of its vectors reused by every row of the tile (a
+    prefetch candidate where the reduction is long enough to run ahead in)."""
+    for ld, used in _uses(op):
+        if v in used and not used & set(rows) and op.reduce_axis and any(
+                r.var in collect_vars(i) for r in op.reduce_axis for i in ld.indices):
+            return ld.tensor.name
+    return None
 
 
 def _whole(e: int) -> list[int]:

@@ -40,7 +40,7 @@ def test_matmul_gets_multi_level_tiles_sized_by_the_vector_lanes():
     task = auto_task([A, B, C])
     sp = task.config_space
     assert {"C.cache", "C.tile0", "C.mid0", "C.tile1", "C.mid1", "C.red0", "C.order",
-            "C.unroll", "C.pack", "parallel"} == set(sp.knobs)
+            "C.unroll", "C.pack", "C.prefetch", "parallel"} == set(sp.knobs)
     # the fallback: two vectors of columns, rows filling 16 vector accumulators; B packed
     # when its rows are 4 KiB apart or more (here 500 bytes: not packed first)
     assert sp.knobs["C.tile1"].values[0] == 2 * L
@@ -54,6 +54,31 @@ def test_matmul_gets_multi_level_tiles_sized_by_the_vector_lanes():
     assert f"allocate C.local[float32 * 8, {2 * L}]" in text
     for i in _configs(task, 2):
         check_outputs(task.instantiate(i)[0], [A, B, C], _mm)
+
+
+def test_matmul_micro_kernel_prefetches_the_vector_operand_2_kib_ahead():
+    """Knob C.prefetch (on first, as examples/matmul.py measures): the innermost reduction
+    loop asks for B's rows (or its packed panel's) 2 KiB of the vector tile ahead, where
+    that loop is at least twice as long; off, the same program without the step. Exact
+    both ways. A reduction too short to run ahead in gets no knob."""
+    A, B, C = _matmul(40, 3 * L, 300)
+    task = auto_task([A, B, C])
+    sp = task.config_space
+    assert sp.knobs["C.prefetch"].values == [True, False]
+    base = {"C.red0": 1, "C.order": "tile", "C.tile1": 2 * L, "parallel": False}
+    for pack, tensor in (("none", "B"), ("B", "B.local")):
+        on = task.instantiate(pick_config(sp, {**base, "C.pack": pack}))[0]
+        (step,) = [x for x in on.steps if x.primitive == "prefetch"]
+        assert (step.tensor, step.loop, step.offset) == (tensor, "k", 2048 // (2 * L * 4))
+        off = task.instantiate(pick_config(sp, {**base, "C.pack": pack,
+                                                "C.prefetch": False}))[0]
+        assert [str(x) for x in off.steps] == [str(x) for x in on.steps if x is not step]
+        check_outputs(on, [A, B, C], _mm)
+        check_outputs(off, [A, B, C], _mm)
+    # the micro-kernel loop split to 16 steps: too short for 16 rows ahead, no step
+    short = task.instantiate(pick_config(sp, {**base, "C.red0": 16, "C.unroll": "none"}))[0]
+    assert [x for x in short.steps if x.primitive == "prefetch"] == []
+    assert "C.prefetch" not in auto_task(list(_matmul(40, 3 * L, 12))).config_space.knobs
 
 
 @pytest.mark.parametrize("values", [
