@@ -4,13 +4,22 @@ Hand schedule (Halide's best CPU schedule): blur_y is cut into strips of full ro
 per parallel iteration; blur_x is computed per strip (compute_at the strip loop), just the
 rows + 2 rows it needs, into a buffer that stays in L2, and read back three times by blur_y;
 both stages vectorize along the row. The strip height comes from the L2 size
-(``Target.cache_bytes(2)``: (rows + 2) rows of blur_x fill at most L2), capped so that every
-thread gets strips. Indicative, one Zen 4 core (1 MiB L2, 62-row strips), 4096^2, CPU time:
-9.6 ms against 13.9 for the former 32 x 256 tiles with blur_x per tile and 10.3 with blur_x
-inlined (recomputed three times); the output is written once, input read about once.
+(``Target.cache_bytes(2)``: (rows + 2) rows of blur_x fill at most half of L2, the other half
+for the input rows and the output strip passing through), capped so that every thread gets
+strips. The output is written once, the input read about once.
 The output is written with streaming stores (``s[blur_y].stream(x)``) when it is larger than
-the last-level cache (:func:`streams_output`): 1.38x at 4096^2 (64 MiB, 32 MiB L3; 13.7 vs
-10.0 ms, A/B interleaved in one process, 2-core EPYC VM, loaded: directional only).
+what the caches near the threads hold (:func:`streams_output`: the last-level cache, or twice
+the threads' L2s where that is less: a VM may report a whole socket's L3 shared with other
+tenants), so that its lines would be evicted before anyone reads them.
+
+Measured, 2 threads, A/B interleaved in one process (median of 30 calls), 2-core Emerald
+Rapids (2 MiB L2 per core, "300 MiB" L3 reported): 4096^2 62-row strips streamed 7.32 ms,
+126-row strips (the former whole-L2 rule) 7.58 streamed and 9.95 not (the former L3 rule did
+not stream), 32 rows 7.40, 16 rows 8.08, blur_x inlined 7.95-7.99; 2048^2 (16 MiB out) 62
+rows 1.37 streamed, 1.56 not, 126 rows 1.75; 1024^2 (4 MiB) 0.47 streamed or not, 126 rows
+0.53. On a 2-core Zen 4 (1 MiB L2, 32 MiB L3), one core, CPU time: 62-row strips 9.6 ms
+against 13.9 for 32 x 256 tiles with blur_x per tile and 10.3 with blur_x inlined; streaming
+1.38x at 4096^2 (13.7 vs 10.0 ms, loaded VM: directional only).
 """
 from __future__ import annotations
 
@@ -34,14 +43,17 @@ def algorithm(H: int, W: int, dtype: str = "float32"):
     return [inp, by]
 
 
-def strip_rows(H: int, W: int, dtype: str = "float32", target: str = "c") -> int:
-    """Rows per strip: (rows + 2) rows of blur_x within L2, at least 8, and at most an equal
-    share of the rows per thread."""
-    t = lt.Target.parse(target)
-    threads = int(t.options.get("threads", 0)) or (
+def _threads(t) -> int:
+    return int(t.options.get("threads", 0)) or (
         len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
-    fit = t.cache_bytes(2) // (max(W, 1) * np.dtype(dtype).itemsize) - 2
-    return max(1, min(max(fit, 8), -(-H // threads)))
+
+
+def strip_rows(H: int, W: int, dtype: str = "float32", target: str = "c") -> int:
+    """Rows per strip: (rows + 2) rows of blur_x within half of L2, at least 8, and at most an
+    equal share of the rows per thread."""
+    t = lt.Target.parse(target)
+    fit = t.cache_bytes(2) // 2 // (max(W, 1) * np.dtype(dtype).itemsize) - 2
+    return max(1, min(max(fit, 8), -(-H // _threads(t))))
 
 
 def _strips(H, W, dtype, rows, stream=False):
@@ -58,10 +70,17 @@ def _strips(H, W, dtype, rows, stream=False):
     return s, inp, bx, by, yo
 
 
+def stream_bytes(target: str = "c") -> int:
+    """Outputs larger than this are streamed: the last-level cache, or twice the L2s of the
+    threads where that is less (see the module doc)."""
+    t = lt.Target.parse(target)
+    return min(t.cache_bytes(3), 2 * t.cache_bytes(2) * _threads(t))
+
+
 def streams_output(H: int, W: int, dtype: str = "float32", target: str = "c") -> bool:
-    """Stream the output (non-temporal stores) when it is larger than the last-level cache:
+    """Stream the output (non-temporal stores) when it is larger than :func:`stream_bytes`:
     it is evicted before anyone reads it, so its read-for-ownership is wasted traffic."""
-    return H * W * np.dtype(dtype).itemsize > lt.Target.parse(target).cache_bytes(3)
+    return H * W * np.dtype(dtype).itemsize > stream_bytes(target)
 
 
 def hand_schedule(H: int, W: int, dtype: str = "float32", target: str = "c",
@@ -77,7 +96,7 @@ def hand_schedule(H: int, W: int, dtype: str = "float32", target: str = "c",
 @lt.template(NAME)
 def template(cfg, H: int, W: int, dtype: str = "float32"):
     """Where blur_x is computed (per strip of rows, per tile, inlined into blur_y, or whole at
-    root), the strip height (a factor of the L2-sized one), the tile width (tiles only) and
+    root), the strip height (a factor of the half-L2-sized one), the tile width (tiles only) and
     streaming stores for the output; the fallback config (first value of each knob) is the
     hand schedule."""
     cfg.define_knob("blur_x_at", ["strip", "tile", "inline", "root"])

@@ -65,12 +65,14 @@ class Machine:
 
 def machine_of(target) -> Machine:
     """The machine the C target compiles for (vector width by ``-march``; threads by
-    ``-threads`` or the CPUs this process may use; the last-level cache of this host)."""
+    ``-threads`` or the CPUs this process may use; the cache an output must outgrow to be
+    streamed: this host's last-level cache, or twice the threads' L2s where that is less, as
+    examples/blur.py measures (a VM may report a whole socket's L3, shared with others))."""
     tgt = Target.parse(target)
     threads = int(tgt.options.get("threads", 0) or 0) or len(os.sched_getaffinity(0))
     if tgt.kind != "c":
         return Machine(None, threads)
-    llc = tgt.cache_bytes(3)
+    llc = min(tgt.cache_bytes(3), 2 * tgt.cache_bytes(2) * threads)
     try:
         return Machine(tgt.vector_lanes("int8"), threads, llc)
     except LooptuneError:

@@ -41,11 +41,24 @@ def test_stream_knob_both_choices_exact(name):
                                    atol=2e-4)
 
 
-def test_blur_hand_schedule_streams_outputs_larger_than_the_last_level_cache():
+def test_blur_hand_schedule_streams_outputs_larger_than_the_caches_near_the_threads():
+    """The threshold: the last-level cache, or twice the threads' L2s where that is less (a
+    VM reporting a socket's L3); outputs just below it are not streamed, just above are."""
     from looptune.examples import blur
-    llc = lt.Target.parse("c").cache_bytes(3)
-    side = int((llc // 4) ** 0.5) + 64                   # an output just over the L3
-    for H, W, want in ((11, 37, False), (side, side, True)):
-        assert blur.streams_output(H, W) is want
-        s, tensors = blur.hand_schedule(H, W)
+    t = lt.Target.parse("c -threads=2")
+    limit = blur.stream_bytes("c -threads=2")
+    assert limit == min(t.cache_bytes(3), 4 * t.cache_bytes(2))
+    assert blur.stream_bytes("c -threads=1") == min(t.cache_bytes(3), 2 * t.cache_bytes(2))
+    side = int((limit // 4) ** 0.5)
+    for H, W, want in ((11, 37, False), (side - 8, side - 8, False), (side + 8, side + 8, True)):
+        assert blur.streams_output(H, W, target="c -threads=2") is want
+        s, tensors = blur.hand_schedule(H, W, target="c -threads=2")
         assert (" streamed:" in str(lt.lower(s, tensors))) is want
+
+
+def test_blur_strips_hold_half_of_l2():
+    from looptune.examples import blur
+    l2 = lt.Target.parse("c").cache_bytes(2)
+    rows = blur.strip_rows(1 << 20, 4096, target="c -threads=1")
+    assert rows == max(8, l2 // 2 // (4096 * 4) - 2)
+    assert blur.strip_rows(64, 4096, target="c -threads=2") <= 32     # every thread a strip

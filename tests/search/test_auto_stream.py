@@ -78,7 +78,10 @@ def test_the_cache_size_that_gates_streaming_is_the_tasks_not_the_hosts():
     X = lt.placeholder((9, 517), "float32", name="X")
     Y = lt.compute((9, 517), lambda i, j: X[i, j] * 3.0, name="Y")
     host = machine_of("c")
-    assert host.llc_bytes == Target.parse("c").cache_bytes(3)
+    tgt = Target.parse("c")
+    assert host.llc_bytes == min(tgt.cache_bytes(3), 2 * tgt.cache_bytes(2) * host.threads)
+    assert machine_of("c -threads=1").llc_bytes == min(tgt.cache_bytes(3),
+                                                       2 * tgt.cache_bytes(2))
     for llc, knob in ((1024, True), (1 << 30, False)):
         sp = ConfigSpace()
         machine_sketch(sp, [X, Y], gpu=False, simd_bytes=host.simd_bytes,
