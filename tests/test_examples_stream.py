@@ -11,6 +11,7 @@ import pytest
 import looptune as lt
 from looptune.operators import load_operators
 from looptune.report import make_arrays
+from looptune.search.space import FallbackConfig
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 SMALL = {"softmax": (7, 301), "layernorm": (7, 301), "blur": (11, 301)}
@@ -41,19 +42,25 @@ def test_stream_knob_both_choices_exact(name):
                                    atol=2e-4)
 
 
-def test_blur_hand_schedule_streams_outputs_larger_than_the_caches_near_the_threads():
-    """The threshold: the last-level cache, or twice the threads' L2s where that is less (a
-    VM reporting a socket's L3); outputs just below it are not streamed, just above are."""
+def test_blur_hand_schedule_inlines_blur_x_into_parallel_8_by_64_tiles_unstreamed():
+    """The hand schedule (and the template's fallback): blur_x inlined, blur_y in 8 x 64
+    tiles fused into one parallel loop, vectorized, not streamed, at every size."""
     from looptune.examples import blur
-    t = lt.Target.parse("c -threads=2")
-    limit = blur.stream_bytes("c -threads=2")
-    assert limit == min(t.cache_bytes(3), 4 * t.cache_bytes(2))
-    assert blur.stream_bytes("c -threads=1") == min(t.cache_bytes(3), 2 * t.cache_bytes(2))
-    side = int((limit // 4) ** 0.5)
-    for H, W, want in ((11, 37, False), (side - 8, side - 8, False), (side + 8, side + 8, True)):
-        assert blur.streams_output(H, W, target="c -threads=2") is want
-        s, tensors = blur.hand_schedule(H, W, target="c -threads=2")
-        assert (" streamed:" in str(lt.lower(s, tensors))) is want
+    for H, W in ((11, 37), (4096, 4096)):
+        s, tensors = blur.hand_schedule(H, W)
+        text = str(lt.lower(s, tensors))
+        assert " streamed:" not in text and "blur_x" not in text.split("):", 1)[1]
+        assert [str(x) for x in s.steps] == [
+            "s[blur_y].split(s[blur_y].loop('y'), factor=8)",
+            "s[blur_y].split(s[blur_y].loop('x'), factor=64)",
+            "s[blur_y].reorder(s[blur_y].loop('y.outer'), s[blur_y].loop('x.outer'), "
+            "s[blur_y].loop('y.inner'), s[blur_y].loop('x.inner'))",
+            "s[blur_y].vectorize(s[blur_y].loop('x.inner'))",
+            "s[blur_y].fuse(s[blur_y].loop('y.outer'), s[blur_y].loop('x.outer'))",
+            "s[blur_y].parallel(s[blur_y].loop('y.outer.x.outer.fused'))",
+            "s[blur_x].compute_inline()"]
+        fallback, _ = blur.template.func(FallbackConfig(), H, W)
+        assert [str(x) for x in fallback.steps] == [str(x) for x in s.steps]
 
 
 def test_blur_strips_hold_half_of_l2():
