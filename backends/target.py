@@ -109,6 +109,16 @@ class Target:
             return 32
         return 16
 
+    def threads(self) -> int:
+        """How many threads a parallel loop of this target runs on: ``-threads=N``, else the
+        CPUs this process may use. For schedules that split work among the threads."""
+        n = int(self.options.get("threads", 0) or 0)
+        if n:
+            return n
+        import os
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+            (os.cpu_count() or 1)
+
     def cache_bytes(self, level: int) -> int:
         """The size in bytes of one instance of this machine's data (or unified) cache at
         ``level`` (1, 2 or 3), as Linux's sysfs tells for cpu0, else ``sysconf``, else a

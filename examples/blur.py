@@ -20,8 +20,6 @@ parallel strip, ``strip_rows``), blur_x per tile or at root, and streaming store
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 import looptune as lt
@@ -40,17 +38,12 @@ def algorithm(H: int, W: int, dtype: str = "float32"):
     return [inp, by]
 
 
-def _threads(t) -> int:
-    return int(t.options.get("threads", 0)) or (
-        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
-
-
 def strip_rows(H: int, W: int, dtype: str = "float32", target: str = "c") -> int:
     """Rows per strip: (rows + 2) rows of blur_x within half of L2, at least 8, and at most an
     equal share of the rows per thread."""
     t = lt.Target.parse(target)
     fit = t.cache_bytes(2) // 2 // (max(W, 1) * np.dtype(dtype).itemsize) - 2
-    return max(1, min(max(fit, 8), -(-H // _threads(t))))
+    return max(1, min(max(fit, 8), -(-H // t.threads())))
 
 
 def _strips(H, W, dtype, rows, stream=False):

@@ -89,17 +89,10 @@ def blocking(N: int, M: int, K: int, dtype: str = "float32", target: str = "c") 
     kmax = max(8, l2 // 4 // (item * (mr + nr)))
     kc = _ceil(K, _ceil(K, kmax))            # equal blocks of at most kmax
     mc = max(mr, l2 // 4 // (item * kc) // mr * mr)
-    threads = int(t.options.get("threads", 0)) or _cpus()
-    nc = max(nr, _ceil(_ceil(M, threads), nr) * nr)
+    nc = max(nr, _ceil(_ceil(M, t.threads()), nr) * nr)
     prefetch = max(4, PREFETCH_BYTES // (nr * item))
     return {"mr": mr, "nr": nr, "kc": kc, "mc": min(mc, _ceil(N, mr) * mr), "nc": nc,
             "prefetch": min(prefetch, kc)}
-
-
-def _cpus() -> int:
-    import os
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
-        (os.cpu_count() or 1)
 
 
 def _schedule(N, M, K, dtype, mr, nr, kc, mc, nc, prefetch=0,

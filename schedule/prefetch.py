@@ -15,25 +15,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import ScheduleError
-from ..lang.expr import BinKind, BinOp, Const, Expr, Var
+from ..lang.expr import Const, Expr, Var
 from ..lang.printer import expr_str
 from ..lang.simplify import simplify
 from ..lang.visitor import collect_loads, substitute
 from .attach import Attach, AttachAt
-from .bound import interval, relax_leaves
+from .bound import _max, _min, interval, relax_leaves
 from .stmt import For, ForKind, Prefetch, Stmt
 
 if TYPE_CHECKING:
     from .lower import _Lowering
     from .stage import Stage
-
-
-def _min(a: Expr, b: Expr) -> Expr:
-    return BinOp(BinKind.MIN, a, b)
-
-
-def _max(a: Expr, b: Expr) -> Expr:
-    return BinOp(BinKind.MAX, a, b)
 
 
 def _c(v: int) -> Const:

@@ -27,10 +27,7 @@ where one loop is needed as the place to compute a producer at).
 """
 from __future__ import annotations
 
-import numpy as np
-
 from .auto_rules import (
-    PREFETCH_BYTES,
     Epilogue,
     UNROLL_BODY,
     UNROLL_K,
@@ -42,6 +39,7 @@ from .auto_rules import (
     is_transposing,
     lanes_first,
     may_stream,
+    prefetch_ahead,
     row_axis,
 )
 
@@ -193,13 +191,11 @@ def _prefetch_operand(cfg, s, st, name: str, plan: TilePlan, packed, loop) -> No
     the vector tile (examples/matmul.py measures the same rule). Not in a loop shorter than
     twice that distance (most of its iterations would fetch its last row again): the knob
     then builds the same program as without, which the tuners see as measured."""
-    op = st.op
-    t = next(x for x in op.inputs if x.name == plan.stream_operand or (
-        packed is not None and x is packed and
-        packed.op.inputs[0].name == plan.stream_operand))
-    item = np.dtype(t.dtype).itemsize
-    step = cfg[f"{name}.tile{plan.vec}"].val * item
-    ahead = max(1, PREFETCH_BYTES // max(1, step))
+    if packed is not None and packed.op.inputs[0].name == plan.stream_operand:
+        t = packed
+    else:
+        t = next(x for x in st.op.inputs if x.name == plan.stream_operand)
+    ahead = prefetch_ahead(cfg[f"{name}.tile{plan.vec}"].val, t.dtype)
     if extent(loop) >= 2 * ahead:
         st.prefetch(t, loop, ahead)
 

@@ -9,7 +9,6 @@ first (fallback) choice of every knob, sized from the target's vector lanes.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
 from ..backends.target import Target
@@ -69,7 +68,7 @@ def machine_of(target) -> Machine:
     streamed: this host's last-level cache, or twice the threads' L2s where that is less, as
     examples/blur.py measures (a VM may report a whole socket's L3, shared with others))."""
     tgt = Target.parse(target)
-    threads = int(tgt.options.get("threads", 0) or 0) or len(os.sched_getaffinity(0))
+    threads = tgt.threads()
     if tgt.kind != "c":
         return Machine(None, threads)
     llc = min(tgt.cache_bytes(3), 2 * tgt.cache_bytes(2) * threads)
@@ -451,11 +450,16 @@ def plan_tiles(op, machine: Machine) -> TilePlan:
         middle[c] = choices(m, "all", 1, 2, 4, 8, 16, 32, limit=most[c])
     red = [choices(1, 2, 4, 8, 16, 64, 128, 256, *_whole(extent(r)), limit=extent(r))
            for r in op.reduce_axis]
-    item = dt.itemsize(op.output.dtype)
-    ahead = PREFETCH_BYTES // (max(inner[v]) * item)
+    ahead = prefetch_ahead(max(inner[v]), op.output.dtype)      # the shortest distance
     streamed = _vector_operand(op, rows, v) if op.reduce_axis and \
-        extent(op.reduce_axis[-1]) >= 2 * max(1, ahead) else None
+        extent(op.reduce_axis[-1]) >= 2 * ahead else None
     return TilePlan(tiled, v, inner, middle, red, _pack_choices(op, rows, v), L, streamed)
+
+
+def prefetch_ahead(tile: int, dtype: str) -> int:
+    """Steps of the micro-kernel's reduction loop that ``PREFETCH_BYTES`` of a vector tile
+    of ``tile`` elements span (at least one)."""
+    return max(1, PREFETCH_BYTES // max(1, tile * dt.itemsize(dtype)))
 
 
 def _vector_operand(op, rows, v) -> str | None:

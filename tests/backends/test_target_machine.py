@@ -42,3 +42,9 @@ def test_cache_bytes_falls_back_without_sysfs(monkeypatch):
 def test_cache_bytes_rejects_other_levels():
     with pytest.raises(lt.BuildError, match=r"cache_bytes\(4\): the level must be 1, 2 or 3"):
         lt.Target.parse("c").cache_bytes(4)
+
+
+def test_threads_are_the_targets_option_else_the_cpus_this_process_may_use():
+    import os
+    assert lt.Target.parse("c -threads=3").threads() == 3
+    assert lt.Target.parse("c").threads() == len(os.sched_getaffinity(0))
