@@ -31,7 +31,8 @@ def test_avx512_targets_ask_for_512_bit_vectors(march, wide):
     assert ("-mprefer-vector-width=512" in flags) is wide, flags
 
 
-def _axpy_source(march: str) -> str:
+def _axpy(target: str = "c"):
+    """A 32-float vectorized axpy C = 3A + B built for target."""
     n = 4096
     A = lt.placeholder((n,), "float32", name="A")
     B = lt.placeholder((n,), "float32", name="B")
@@ -39,7 +40,7 @@ def _axpy_source(march: str) -> str:
     s = lt.create_schedule(C)
     _, xi = s[C].split(s[C].op.axis[0], factor=32)
     s[C].vectorize(xi)
-    return lt.build(s, [A, B, C], target=f"c -march={march}", name="axpy").source
+    return lt.build(s, [A, B, C], target=target, name="axpy")
 
 
 @pytest.mark.parametrize("march", ["rocketlake", "icelake-client"])
@@ -47,7 +48,7 @@ def test_a_vectorized_loop_uses_zmm_registers_where_gcc_would_prefer_ymm(march, 
     """Assembly only (the CPU need not have AVX-512): the 32-float loop is FMAs on zmm."""
     _need(march)
     src = tmp_path / "axpy.c"
-    src.write_text(_axpy_source(march))
+    src.write_text(_axpy(f"c -march={march}").source)
     asm = subprocess.run(["gcc", *flags_for({"march": march}, parallel=False), "-S", "-o", "-",
                           str(src)], capture_output=True, text=True, check=True).stdout
     zmm = re.findall(r"vfn?m(?:add|sub)\w*ps\s.*%zmm", asm)
@@ -63,13 +64,7 @@ def test_a_vectorized_loop_uses_zmm_registers_where_gcc_would_prefer_ymm(march, 
 
 def test_the_wide_build_is_exact():
     n = 4096
-    A = lt.placeholder((n,), "float32", name="A")
-    B = lt.placeholder((n,), "float32", name="B")
-    C = lt.compute((n,), lambda i: A[i] * 3.0 + B[i], name="C")
-    s = lt.create_schedule(C)
-    _, xi = s[C].split(s[C].op.axis[0], factor=32)
-    s[C].vectorize(xi)
-    f = lt.build(s, [A, B, C])
+    f = _axpy()
     rng = np.random.default_rng(1)
     a, b = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
     c = np.empty(n, np.float32)
