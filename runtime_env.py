@@ -6,9 +6,17 @@ settings from the environment once, when it is loaded, so they are chosen here, 
 ``import looptune``, before looptune imports numpy; a setting the user gave always wins, and a
 mark variable tells worker processes (which inherit the environment) that looptune chose it.
 
-- **OpenMP** (``OMP_WAIT_POLICY=passive``): by default libgomp's idle threads spin for about
-  GOMP_SPINCOUNT=300000 pauses after every parallel region (milliseconds); numpy's BLAS called
-  right after a looptune kernel then runs on fewer free cores. Passive threads sleep at once.
+- **OpenMP** (``GOMP_SPINCOUNT=10000``): libgomp's idle threads spin before they sleep, for
+  GOMP_SPINCOUNT pauses after every parallel region: 300000 by default (milliseconds), so numpy's
+  BLAS called right after a looptune kernel ran on fewer free cores. The passive policy
+  (``OMP_WAIT_POLICY=passive``, idle threads sleep at once, looptune's former default) instead
+  makes every call of a kernel wake the sleeping threads: about 0.1 ms per parallel region on a
+  2-core KVM guest (Intel Xeon, model 167, 2026-11-29), a tenth of a 4096 x 1024 layernorm and
+  3 ms of a transformer layer's 1.7 (``benchmarks/models.py``: 1.69 -> 0.95 ms with the short
+  spin). 10000 pauses (about 0.1 ms at the ~11 ns a pause took there; up to ~0.5 ms on cores
+  whose pause is 140 cycles) keep back-to-back kernels warm and free the cores almost at once:
+  looptune sgemm, numpy sgemm, looptune sgemm in one process ran at 1.00x their solo speed
+  (``benchmarks/threadpools.py --policies default,spin10k``).
 - **OpenBLAS** (``OPENBLAS_THREAD_TIMEOUT=18``): OpenBLAS's idle threads spin for 2**28 clock
   cycles (about 0.1 s at 2.6 GHz) after every call. On a 2-core machine our 2-thread kernel
   called within that time ran on one free core: sgemm 1024 at 1.8-2.1x its solo time, right
@@ -23,8 +31,9 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Mapping
 
-OPENMP_DEFAULTS = {"OMP_WAIT_POLICY": "passive"}
+OPENMP_DEFAULTS = {"GOMP_SPINCOUNT": "10000"}
 _OPENMP_USER_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 _OPENMP_MARK = "LOOPTUNE_OPENMP_DEFAULTS"      # set when looptune chose the settings
 
@@ -70,6 +79,28 @@ def _gomp_loaded(maps: str) -> bool:
 def _blas_loaded(maps: str) -> bool:
     """Whether numpy (and with it its BLAS) was loaded before looptune."""
     return "numpy" in sys.modules or re.search(r"openblas", maps, re.IGNORECASE) is not None
+
+
+# What the peer libraries run with when nobody chose for them: libgomp's own spin (what
+# GOMP_SPINCOUNT is when OMP_WAIT_POLICY and it are unset) and OpenBLAS's own idle timeout.
+LIBRARY_DEFAULTS = {"GOMP_SPINCOUNT": "300000", "OPENBLAS_THREAD_TIMEOUT": "28"}
+
+
+def peer_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` for a process that times another library (numpy, torch, Halide, ONNX Runtime)
+    against looptune: the thread-pool settings looptune chose (not the user's) replaced by each
+    runtime's own default, spelled out so that a looptune imported in that process leaves them
+    alone. A peer then runs as its users get it: torch's bundled libgomp with libgomp's spin,
+    not with looptune's short spin (or the passive policy, which cost torch eager a third of a
+    transformer layer's time)."""
+    out = dict(env)
+    if out.pop(_OPENMP_MARK, None):
+        for v in _OPENMP_USER_VARS:
+            out.pop(v, None)
+        out["GOMP_SPINCOUNT"] = LIBRARY_DEFAULTS["GOMP_SPINCOUNT"]
+    if out.pop(_BLAS_MARK, None):
+        out["OPENBLAS_THREAD_TIMEOUT"] = LIBRARY_DEFAULTS["OPENBLAS_THREAD_TIMEOUT"]
+    return out
 
 
 def openmp_settings() -> dict[str, str | bool | None]:

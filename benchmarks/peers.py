@@ -24,7 +24,9 @@ below the table). A system that cannot be imported is listed as skipped with the
 
 Method: every measurement runs in a fresh process (thread pools of different libraries slow
 each other down in one process), with every library's thread count set to ``--threads``
-(looptune: the target ``c -threads=N``); each process warms up, times blocks of calls of at
+(looptune: the target ``c -threads=N``) and each library's thread pool as its users get it:
+looptune's with looptune's defaults, the peers' with their own (``runtime_env.peer_environment``:
+torch's bundled libgomp spins as libgomp does, not as looptune chose); each process warms up, times blocks of calls of at
 least 20 ms, and reports the median per call, then checks its output against the numpy
 reference (after timing, so that numpy's BLAS threads do not run beside the timed kernel).
 Rounds run the measurements in a shuffled order; the table shows each one's median over the
@@ -269,9 +271,10 @@ def tuned_operators(workload: str, args: tuple, logs: list[str]) -> tuple[list[s
 
 def run_job(job: Job, opts) -> dict:
     """One measurement in a fresh process: {"seconds", "note"} or {"error"}."""
+    from looptune.runtime_env import peer_environment
     env = dict(os.environ, **{v: str(opts.threads) for v in THREAD_VARS})
-    if not job.system.startswith("looptune") and env.pop("LOOPTUNE_BLAS_DEFAULTS", None):
-        env.pop("OPENBLAS_THREAD_TIMEOUT", None)   # the peers run with their own BLAS settings
+    if not job.system.startswith("looptune"):   # the peers run with their own pool settings
+        env = peer_environment(env)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker",
            json.dumps([job.workload, job.system, job.variant]), "--threads", str(opts.threads)]
     cmd += ["--quick"] if opts.quick else []

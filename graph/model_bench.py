@@ -17,8 +17,10 @@ block of calls (a warm-up call, then as many calls as fill ``min_block`` seconds
 
 Each system's figure is the median over the rounds of its blocks' seconds per call; the
 spread is half the range of the rounds, relative to the median. Every worker runs with
-``OMP_NUM_THREADS=threads`` and this process's OpenMP wait policy (looptune's passive default
-unless you set one; ONNX Runtime keeps its own thread pool's spinning). Memory: each worker's
+``OMP_NUM_THREADS=threads``; the looptune workers with this process's OpenMP settings
+(looptune's short spin, ``runtime_env``, unless you set your own), the others (ONNX Runtime,
+torch) with their libraries' own (``runtime_env.peer_environment``: torch's bundled libgomp
+spins as libgomp does by default; ONNX Runtime keeps its own thread pool's spinning). Memory: each worker's
 peak resident set growth from its baseline (inputs loaded, libraries imported) to after the
 runs; and the plan's arena. The per-kernel breakdown times each kernel alone (random inputs
 of its shapes) in the python worker.
@@ -38,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import LooptuneError
+from ..runtime_env import peer_environment
 
 LIB, PY, ORT = "looptune", "looptune (python)", "onnxruntime"
 SYSTEMS = (LIB, PY, ORT)
@@ -124,10 +127,9 @@ def _mib(n) -> str:
 
 
 def worker_env(threads: int) -> dict[str, str]:
-    """The environment of a worker: this process's, with ``threads`` OpenMP threads (the
-    OpenMP wait policy is looptune's passive default unless you set OMP_WAIT_POLICY or
-    GOMP_SPINCOUNT: on a machine shared with other work, spinning threads lose whole time
-    slices at every barrier)."""
+    """The environment of a looptune worker: this process's, with ``threads`` OpenMP threads
+    (idle threads spin briefly, then sleep: looptune's default, see ``runtime_env``, unless you
+    set OMP_WAIT_POLICY or GOMP_SPINCOUNT)."""
     env = dict(os.environ)
     env["OMP_NUM_THREADS"] = str(threads)
     return env
@@ -137,7 +139,8 @@ def openmp_note(env: dict) -> str:
     pol = {k: env[k] for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") if k in env}
     who = "looptune's default" if env.get("LOOPTUNE_OPENMP_DEFAULTS") else "yours"
     text = ", ".join(f"{k}={v}" for k, v in pol.items()) or "libgomp's default"
-    return f"OpenMP: {env['OMP_NUM_THREADS']} threads, {text} ({who})"
+    return (f"OpenMP: {env['OMP_NUM_THREADS']} threads, {text} ({who}) for looptune; the "
+            "other systems with their libraries' own thread-pool settings")
 
 
 class _Worker:
@@ -215,9 +218,11 @@ def bench_model(onnx_path, model, inputs: dict[str, np.ndarray], *, log=None, sh
         specs = _specs(names, str(onnx_path), model, str(npz), lib, threads, min_block, log,
                        shapes)
         env = worker_env(threads)
-        workers = {n: _Worker(n, spec, env, work) for n, spec in specs.items()}
+        peer = peer_environment(env)       # ONNX Runtime, torch: their own pool settings
+        workers = {n: _Worker(n, spec, env if n in (LIB, PY) else peer, work)
+                   for n, spec in specs.items()}
         base = {"inputs": str(npz), "threads": threads, "min_block": min_block}
-        workers.update({n: _Worker(n, {**base, **spec}, env, work, script)
+        workers.update({n: _Worker(n, {**base, **spec}, peer, work, script)
                         for n, (script, spec) in (extra or {}).items()})
         for w in workers.values():
             w.hello = w.read()

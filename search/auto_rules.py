@@ -23,8 +23,9 @@ from ..schedule.loop_steps import STREAM_DTYPES
 ACCUMULATORS = 16      # vector registers a register tile may hold (x86 and NEON have >= 16)
 PANEL_VECTORS = 4      # a column panel of the fallback: this many vectors wide
 WORK_PER_THREAD = 4    # parallel iterations per thread the fallback aims for
-# A parallel region costs ~10 us when the OpenMP threads sleep between regions (looptune's
-# passive wait policy): waking them, and the join. The fallback runs a kernel on one thread
+# A parallel region costs a few us while the OpenMP threads still spin (looptune's short
+# spin after each region, runtime_env.py) and ~0.1 ms when they must be woken from sleep (a
+# 2-core KVM guest), and the join. The fallback runs a kernel on one thread
 # when its estimated single-thread time is below this many cycles (~30 us at 3 GHz).
 PARALLEL_MIN_CYCLES = 100_000
 UNROLL_K = 16          # micro-kernel reduction steps unrolled at most (knob unroll "tile+k")

@@ -171,26 +171,41 @@ def test_auto_schedule_log_times_the_auto_config_at_odd_sizes(tmp_path):
     np.testing.assert_allclose(output, op.reference_for(args)(*inputs), rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("system, kept", [("numpy", False), ("torch", False),
-                                          ("looptune-hand", True)])
-def test_the_peers_run_with_their_own_blas_settings(monkeypatch, system, kept):
-    """looptune's OPENBLAS_THREAD_TIMEOUT (set at import) reaches only looptune's own jobs;
-    a user's own setting (no looptune mark) reaches every job."""
+@pytest.mark.parametrize("system, ours", [("numpy", False), ("torch", False),
+                                          ("halide", False), ("looptune-hand", True)])
+def test_the_peers_run_with_their_own_thread_pool_settings(monkeypatch, system, ours):
+    """looptune's OpenBLAS timeout and OpenMP spin (set at import) reach only looptune's own
+    jobs; the peers get their libraries' own defaults, spelled out so that a looptune import
+    in the worker keeps them (torch's bundled libgomp read looptune's settings before); a
+    user's own settings (no looptune mark) reach every job."""
     import subprocess
+
+    from looptune.runtime_env import LIBRARY_DEFAULTS
     seen = {}
 
     def fake_run(cmd, env, **kw):
+        seen.clear()
         seen.update(env)
         return subprocess.CompletedProcess(cmd, 0, '{"seconds": 1.0, "note": ""}', "")
     monkeypatch.setattr(peers.subprocess, "run", fake_run)
     opts = peers.parse(["--threads", "2"])
     monkeypatch.setenv("OPENBLAS_THREAD_TIMEOUT", "18")
     monkeypatch.setenv("LOOPTUNE_BLAS_DEFAULTS", "1")
+    monkeypatch.setenv("GOMP_SPINCOUNT", "10000")
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.setenv("LOOPTUNE_OPENMP_DEFAULTS", "1")
     peers.run_job(Job("sgemm", system), opts)
-    assert ("OPENBLAS_THREAD_TIMEOUT" in seen) == kept
-    monkeypatch.delenv("LOOPTUNE_BLAS_DEFAULTS")           # the user's own setting
+    if ours:
+        assert seen["OPENBLAS_THREAD_TIMEOUT"] == "18" and seen["GOMP_SPINCOUNT"] == "10000"
+    else:
+        assert seen["OPENBLAS_THREAD_TIMEOUT"] == LIBRARY_DEFAULTS["OPENBLAS_THREAD_TIMEOUT"]
+        assert seen["GOMP_SPINCOUNT"] == LIBRARY_DEFAULTS["GOMP_SPINCOUNT"] == "300000"
+        assert "LOOPTUNE_OPENMP_DEFAULTS" not in seen and "LOOPTUNE_BLAS_DEFAULTS" not in seen
+    assert seen["OMP_NUM_THREADS"] == "2"
+    monkeypatch.delenv("LOOPTUNE_BLAS_DEFAULTS")           # the user's own settings
+    monkeypatch.delenv("LOOPTUNE_OPENMP_DEFAULTS")
     peers.run_job(Job("sgemm", system), opts)
-    assert seen["OPENBLAS_THREAD_TIMEOUT"] == "18"
+    assert seen["OPENBLAS_THREAD_TIMEOUT"] == "18" and seen["GOMP_SPINCOUNT"] == "10000"
 
 
 def test_auto_schedule_counts_the_trials_a_log_holds(tmp_path):

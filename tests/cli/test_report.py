@@ -93,7 +93,14 @@ def test_timing_median_spread_and_text():
      {"runtime_loaded_before_looptune": False, "OMP_WAIT_POLICY": "active",
       "GOMP_SPINCOUNT": None}, "OMP_WAIT_POLICY=active"),
     ({"loaded_before_looptune": False, "chosen_by": "looptune"},
-     {"runtime_loaded_before_looptune": False, "OMP_WAIT_POLICY": "passive"}, ""),
+     {"runtime_loaded_before_looptune": False, "OMP_WAIT_POLICY": "passive",
+      "chosen_by": "user"}, ""),
+    ({"loaded_before_looptune": False, "chosen_by": "looptune"},
+     {"runtime_loaded_before_looptune": False, "OMP_WAIT_POLICY": None,
+      "GOMP_SPINCOUNT": "10000", "chosen_by": "looptune"}, ""),
+    ({"loaded_before_looptune": False, "chosen_by": "looptune"},
+     {"runtime_loaded_before_looptune": False, "OMP_WAIT_POLICY": None,
+      "GOMP_SPINCOUNT": "300000", "chosen_by": "user"}, "GOMP_SPINCOUNT=300000"),
 ])
 def test_the_tables_say_when_a_thread_pool_kept_settings_that_fight(monkeypatch, blas, omp,
                                                                      says):

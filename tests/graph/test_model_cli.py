@@ -219,3 +219,40 @@ def test_bench_prints_the_table_against_onnxruntime(residual_onnx, tmp_path, cap
     assert "vs onnxruntime" in out and "per kernel" in out
     diff = float(out.split("max abs difference ")[1].split()[0])
     assert diff < 1e-4
+
+
+def test_bench_runs_the_peers_with_their_own_thread_pool_settings(tmp_path, monkeypatch):
+    """The looptune workers get looptune's OpenMP spin; ONNX Runtime and the extra systems
+    (torch) get their libraries' own (runtime_env.peer_environment), not looptune's."""
+    import looptune as lt
+    from looptune.graph import model_bench as mb
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    path = tmp_path / "relu.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    model = lt.graph.compile(lt.graph.from_onnx(str(path)))
+    envs = {}
+
+    class Stop(Exception):
+        pass
+
+    class Recorder:
+        def __init__(self, name, spec, env, workdir, script=None):
+            envs[name] = env
+
+        def read(self):
+            raise Stop
+
+        def close(self):
+            pass
+    monkeypatch.setattr(mb, "_Worker", Recorder)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.setenv("GOMP_SPINCOUNT", "10000")
+    monkeypatch.setenv("LOOPTUNE_OPENMP_DEFAULTS", "1")
+    with pytest.raises(Stop):
+        mb.bench_model(path, model, {"x": np.ones(4, np.float32)}, rounds=1, threads=1,
+                       workdir=tmp_path, extra={"torch eager": ("worker.py", {})})
+    assert envs[mb.LIB]["GOMP_SPINCOUNT"] == envs[mb.PY]["GOMP_SPINCOUNT"] == "10000"
+    assert envs[mb.ORT]["GOMP_SPINCOUNT"] == envs["torch eager"]["GOMP_SPINCOUNT"] == "300000"
+    assert all(e["OMP_NUM_THREADS"] == "1" for e in envs.values())

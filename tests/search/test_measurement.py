@@ -275,13 +275,33 @@ def _probe(env_extra: dict, tmp_path) -> tuple[dict, str]:
     return json.loads(p.stdout.strip().splitlines()[-1]), p.stderr
 
 
-def test_the_openmp_runtime_starts_with_a_passive_wait_policy(tmp_path):
-    """libgomp prints the settings it started with (OMP_DISPLAY_ENV): looptune's default is
-    the passive policy (idle threads sleep at once: numpy's BLAS keeps its cores)."""
+def test_the_openmp_runtime_starts_with_a_short_spin(tmp_path):
+    """libgomp prints the settings it started with (OMP_DISPLAY_ENV): looptune's default is a
+    short spin (idle threads sleep after 10000 pauses, ~0.1 ms: back-to-back kernels find
+    their threads awake, numpy's BLAS gets the cores back almost at once)."""
     settings, shown = _probe({}, tmp_path)
-    assert "OMP_WAIT_POLICY = 'PASSIVE'" in shown and "GOMP_SPINCOUNT = '0'" in shown
-    assert settings["chosen_by"] == "looptune" and settings["OMP_WAIT_POLICY"] == "passive"
+    assert "GOMP_SPINCOUNT = '10000'" in shown
+    assert settings["chosen_by"] == "looptune" and settings["GOMP_SPINCOUNT"] == "10000"
+    assert settings["OMP_WAIT_POLICY"] is None
     assert settings["runtime_loaded_before_looptune"] is False
+
+
+def test_a_peer_process_gets_the_libraries_own_settings_even_after_importing_looptune(
+        tmp_path):
+    """runtime_env.peer_environment: a process that times another library runs its OpenMP
+    runtime with libgomp's own spin, which a looptune import there leaves alone."""
+    from looptune.runtime_env import peer_environment
+    ours = {k: v for k, v in os.environ.items()
+            if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "LOOPTUNE_OPENMP_DEFAULTS")}
+    ours.update(GOMP_SPINCOUNT="10000", LOOPTUNE_OPENMP_DEFAULTS="1")
+    peer = peer_environment(ours)
+    assert peer["GOMP_SPINCOUNT"] == "300000" and "LOOPTUNE_OPENMP_DEFAULTS" not in peer
+    settings, shown = _probe({"GOMP_SPINCOUNT": peer["GOMP_SPINCOUNT"]}, tmp_path)
+    assert "GOMP_SPINCOUNT = '300000'" in shown and settings["chosen_by"] == "user"
+    # the user's own choice is theirs everywhere
+    users = dict(ours, GOMP_SPINCOUNT="5")
+    del users["LOOPTUNE_OPENMP_DEFAULTS"]
+    assert peer_environment(users)["GOMP_SPINCOUNT"] == "5"
 
 
 @pytest.mark.parametrize("env, shown", [
@@ -291,7 +311,7 @@ def test_the_openmp_runtime_starts_with_a_passive_wait_policy(tmp_path):
 def test_a_users_own_openmp_settings_win(tmp_path, env, shown):
     settings, display = _probe(env, tmp_path)
     assert settings["chosen_by"] == "user" and shown in display
-    assert "GOMP_SPINCOUNT = '0'" not in display
+    assert "GOMP_SPINCOUNT = '10000'" not in display
 
 
 # ---- placement: one set of arrays per runner, a new runner per re-measure round -------------
