@@ -320,9 +320,14 @@ def _reads(s: Schedule, st: Stage, t) -> bool:
 def _check_prefetched(st: Stage, prim: str, v: IterVar, advice: str) -> None:
     """Split and fuse keep the loops a prefetch names (like annotations: do them first); a
     SIMD or bound loop takes none."""
-    for name, lp, _ in st.prefetches:
+    for name, lp, _, _ in st.prefetches:
         if lp is v:
             raise st._err(prim, f"loop '{v.name}' prefetches '{name}'; {advice}")
+    for other in st.schedule.stages:
+        for name, _, _, along in other.prefetches:
+            if along is not None and along[1] is v:
+                raise st._err(prim, f"loop '{v.name}' is the loop stage '{other.name}' "
+                              f"prefetches '{name}' along; {advice}")
 
 
 def _check_prefetch_loop(st: Stage, prim: str, v: IterVar) -> None:
@@ -336,21 +341,36 @@ def _check_prefetch_loop(st: Stage, prim: str, v: IterVar) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Prefetch(Step):
-    """``s[C].prefetch(T, loop, offset)``: ``tensor`` names the tensor T read by C."""
+    """``s[C].prefetch(T, loop, offset, along)``: ``tensor`` names the tensor T read by C;
+    ``along`` (or None) names a loop of a stage C is computed at (compute_at, nearest first)."""
 
     tensor: str
     loop: str
     offset: int = 1
+    along: str | None = None
 
     PRIMITIVES = ("prefetch",)
 
     def __post_init__(self):
         object.__setattr__(self, "offset", _size(self.offset))
 
+    @property
+    def args(self) -> tuple:
+        """Three arguments as before ``along`` existed (logs of any age replay, and a step
+        without it records as it always did), four with it."""
+        base = (self.tensor, self.loop, self.offset)
+        return base if self.along is None else (*base, self.along)
+
+    @classmethod
+    def from_args(cls, primitive: str, stage: str, args: tuple) -> Prefetch:
+        return cls(stage, *unpack(primitive, stage, args, 4 if len(args) == 4 else 3))
+
     def validate(self, s: Schedule) -> None:
         st = s.stage(self.stage)
         v = st.loop(self.loop)
         prim = f"prefetch({self.tensor}, {self.loop})"
+        if self.along is not None and not isinstance(self.along, str):
+            raise st._err(prim, f"along must be a loop name; got {self.along!r}")
         off = as_size(self.offset)
         if off is None or not 1 <= off <= MAX_EXTENT:
             raise st._err(prim, f"offset must be a positive int (iterations ahead); got "
@@ -362,18 +382,55 @@ class Prefetch(Step):
         if not _reads(s, st, t):
             raise st._err(prim, f"'{st.name}' does not read '{self.tensor}' (not even through "
                           f"inlined stages); it reads {sorted({x.name for x in st.op.inputs})}")
-        if (self.tensor, v) in {(n, lp) for n, lp, _ in st.prefetches}:
+        if (self.tensor, v) in {(n, lp) for n, lp, _, _ in st.prefetches}:
             raise st._err(prim, f"'{self.tensor}' is already prefetched at loop '{v.name}'; "
                           "prefetch it once per loop")
         _check_prefetch_loop(st, prim, v)
+        if self.along is not None:
+            host, lp = along_loop(s, st, self.along, prim)
+            _check_prefetch_loop(host, prim, lp)
+            if s.has_stage(t) and isinstance(s[t].attach, AttachAt):
+                raise st._err(prim, f"'{self.tensor}' is computed at a loop (compute_at "
+                              f"{s[t].attach.stage.name}, {s[t].attach.loop.name}), so its "
+                              f"buffer holds one iteration's values, not those of the next "
+                              f"iterations of '{self.along}'; prefetch along a loop for an "
+                              "argument or a tensor computed at root")
 
     def apply(self, s: Schedule) -> None:
         st = s.stage(self.stage)
-        st.prefetches.append((self.tensor, st.loop(self.loop), self.offset))
+        along = None if self.along is None else along_loop(s, st, self.along, "prefetch")
+        st.prefetches.append((self.tensor, st.loop(self.loop), self.offset, along))
 
     def __str__(self) -> str:
+        along = "" if self.along is None else f", along={self.along!r}"
         return (f"{stage_ref(self.stage)}.prefetch({tensor_ref(self.tensor)}, "
-                f"{loop_ref(self.stage, self.loop)}, {self.offset})")
+                f"{loop_ref(self.stage, self.loop)}, {self.offset}{along})")
+
+
+def along_loop(s: Schedule, st: Stage, name: str, prim: str):
+    """(host stage, loop) for ``prefetch(..., along=name)``: the loop called ``name`` that
+    encloses ``st``'s attach point, in the stage ``st`` is computed at or, failing that, in
+    the stages that one is computed at (nearest first)."""
+    if not isinstance(st.attach, AttachAt):
+        raise st._err(prim, f"along={name!r}: '{st.name}' is not computed at another stage's "
+                      "loop (compute_at), so no loop of another stage encloses its loops; "
+                      "prefetch at one of its own loops with an offset instead")
+    seen = []
+    cur = st
+    while isinstance(cur.attach, AttachAt):
+        host, hloop = cur.attach.stage, cur.attach.loop
+        if hloop not in host.leaf_iter_vars:
+            raise st._err(prim, f"along={name!r}: '{cur.name}' is computed at loop "
+                          f"'{hloop.name}' of '{host.name}', which was split or fused after "
+                          "compute_at; attach to one of its current loops first")
+        enclosing = host.leaf_iter_vars[:host.leaf_iter_vars.index(hloop) + 1]
+        for v in enclosing:
+            if v.name == name:
+                return host, v
+        seen += [f"{host.name}.{v.name}" for v in enclosing]
+        cur = host
+    raise st._err(prim, f"along={name!r}: no loop called '{name}' encloses '{st.name}' where "
+                  f"it is computed; the enclosing loops are {seen}")
 
 
 # ---- where the stage is computed -----------------------------------------------------------

@@ -522,12 +522,6 @@ class _Lowering:
                                     f"{expr_str(ey)}) differ in extent; split them alike")
         mapping = {y.var: x.var for x, y in zip(la[:f], lb[:f])}
         self._check_fused_reads(a, b, f, mapping, lets, prim)
-        for st, fl in ((a, la[:f]), (b, lb[:f])):
-            pf = next(((n, lp) for n, lp, _ in st.prefetches if lp in fl), None)
-            if pf is not None:
-                raise ScheduleError(f"{prim}: loop '{pf[1].name}' of '{st.name}' prefetches "
-                                    f"'{pf[0]}' and is fused; prefetch at a loop inside the "
-                                    "fused ones")
         parts = {st: self._own_loops(st, f) for st in (a, b)}
 
         def own(st: Stage, leaves: list) -> Stmt:
@@ -540,7 +534,11 @@ class _Lowering:
 
         stmt = seq(own(a, la), own(b, lb))
         for lvl in reversed(range(f)):
-            stmt = self._loop(a, la[lvl], parts[a].extents[lvl], stmt)
+            # prefetches of either stage at a fused loop: at the top of the shared iteration
+            pre = [*prefetch_stmts(self, a, lvl, parts[a].extents),
+                   *(substitute_stmt(p, mapping)
+                     for p in prefetch_stmts(self, b, lvl, parts[b].extents))]
+            stmt = self._loop(a, la[lvl], parts[a].extents[lvl], seq(*pre, stmt))
             inits = []
             for st, nest in parts.items():
                 if nest.init is None or nest.first_red != lvl:

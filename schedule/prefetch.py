@@ -9,6 +9,11 @@ the loads' bounds, clamped into ``T``'s buffer (an attached stage's buffer holds
 region at the attach point), so no address outside the buffer is ever formed. The rows of the
 region (every dimension but the last) become loops around one ``Prefetch`` of the row's
 elements; code generators fetch each cache line of it.
+
+With ``along`` (a loop of a stage ``C`` is computed at, enclosing the attach point) ``loop``
+is not moved: the loop ``along`` is, ``offset`` iterations ahead (clamped to its last), in the
+indices after the attach point's region variables are substituted. Each iteration of ``loop``
+then fetches its own part of the next iteration of ``along``.
 """
 from __future__ import annotations
 
@@ -46,12 +51,29 @@ def _with_lets(e: Expr, lets: dict) -> Expr:
 def prefetch_stmts(lw: _Lowering, st: Stage, lvl: int, extents: list[Expr]) -> list[Stmt]:
     """The prefetches ``st`` asked for at its loop ``st.leaf_iter_vars[lvl]``."""
     leaf = st.leaf_iter_vars[lvl]
-    return [_prefetch(lw, st, lvl, extents, name, offset)
-            for name, loop, offset in st.prefetches if loop is leaf]
+    return [_prefetch(lw, st, lvl, extents, name, offset, along)
+            for name, loop, offset, along in st.prefetches if loop is leaf]
+
+
+def _along_shift(lw: _Lowering, st: Stage, along, offset: int, prim: str) -> tuple[Var, Expr]:
+    """(the host loop's variable, its value ``offset`` iterations ahead, clamped to its last
+    iteration) for ``prefetch(..., along=)``; the host loop must still enclose ``st``."""
+    host, loop = along
+    cur = st
+    while isinstance(cur.attach, AttachAt):
+        h, hl = cur.attach.stage, cur.attach.loop
+        if h is host and loop in h.leaf_iter_vars[:h.leaf_iter_vars.index(hl) + 1]:
+            ext = lw.nests[host].extents[loop]
+            return loop.var, _min(loop.var + _c(offset), ext - _c(1))
+        cur = h
+    raise ScheduleError(f"{prim}: along loop '{host.name}.{loop.name}' no longer encloses "
+                        f"'{st.name}' (it was split or fused, or '{st.name}' was computed "
+                        "elsewhere after the prefetch); prefetch along a loop that encloses "
+                        "it now")
 
 
 def _prefetch(lw: _Lowering, st: Stage, lvl: int, extents: list[Expr], name: str,
-              offset: int) -> Stmt:
+              offset: int, along=None) -> Stmt:
     leaf = st.leaf_iter_vars[lvl]
     prim = f"stage '{st.name}': prefetch({name}, {leaf.name})"
     t = lw.s.tensor(name)
@@ -68,15 +90,20 @@ def _prefetch(lw: _Lowering, st: Stage, lvl: int, extents: list[Expr], name: str
     env: dict = {}
     relax_leaves(nest, st.leaf_iter_vars[lvl + 1:], env, lw.ranges)
     env = {v: (_with_lets(lo, lets), _with_lets(hi, lets)) for v, (lo, hi) in env.items()}
-    ahead = _min(leaf.var + _c(offset), extents[lvl] - _c(1))
+    if along is None:     # this loop, offset iterations ahead
+        shift, late = {leaf.var: _min(leaf.var + _c(offset), extents[lvl] - _c(1))}, {}
+    else:                 # this iteration of the loop, in a later iteration of `along`
+        var, ahead_along = _along_shift(lw, st, along, offset, prim)
+        shift, late = {}, {var: ahead_along}
     buf = lw.buffers[id(t)]
     offs = lw.offsets.get(id(t)) or [_c(0)] * t.ndim
     region = []
     for d in range(t.ndim):
         lo = hi = None
         for ld in loads:
-            idx = substitute(substitute(ld.indices[d], nest.values), {leaf.var: ahead})
-            r = interval(_with_lets(idx, lets), env, lw.ranges)
+            idx = substitute(substitute(ld.indices[d], nest.values), shift)
+            idx = _with_lets(idx, lets)
+            r = interval(substitute(idx, late) if late else idx, env, lw.ranges)
             if r is None:
                 raise ScheduleError(
                     f"{prim}: cannot bound the elements of '{name}' that one iteration reads "

@@ -39,7 +39,7 @@ class StageState:
     attach: str
     scope: str | None
     fused: str = ""                                # compute_with: "host.loop"
-    prefetches: tuple[tuple[str, str, int], ...] = ()   # (tensor, loop, offset)
+    prefetches: tuple[tuple, ...] = ()   # (tensor, loop, offset[, "host.along"])
 
 
 def _relation_str(r) -> str:
@@ -71,7 +71,8 @@ class Stage:
         self.all_iter_vars: list[IterVar] = list(self.leaf_iter_vars)
         self.relations: list[Split | Fuse] = []
         self.annotations: dict[IterVar, tuple[Annot, str | int | None]] = {}
-        self.prefetches: list[tuple[str, IterVar, int]] = []   # (tensor, loop, offset)
+        # (tensor, loop, offset, None or (host stage, its loop) for along=)
+        self.prefetches: list[tuple[str, IterVar, int, tuple | None]] = []
         self.fused_with = None
 
     @property
@@ -97,7 +98,9 @@ class Stage:
             str(self.attach), self.scope,
             "" if self.fused_with is None else
             f"{self.fused_with.stage.name}.{self.fused_with.loop.name}",
-            tuple(sorted((t, v.name, off) for t, v, off in self.prefetches)))
+            tuple(sorted((t, v.name, off) if a is None else
+                         (t, v.name, off, f"{a[0].name}.{a[1].name}")
+                         for t, v, off, a in self.prefetches)))
 
     def __repr__(self):
         return f"Stage({self.name})"
@@ -234,7 +237,8 @@ class Stage:
         store not contiguous in it."""
         self._annotate(Annot.STREAM, loop)
 
-    def prefetch(self, tensor, loop: IterVar, offset: int = 1) -> None:
+    def prefetch(self, tensor, loop: IterVar, offset: int = 1,
+                 along: IterVar | None = None) -> None:
         """At the top of each iteration of ``loop``, ask the caches for the part of
         ``tensor`` (read by this stage) that iteration ``loop + offset`` will read: a hint
         that never changes a result (Halide's and TVM's ``prefetch``). For an operand
@@ -251,6 +255,17 @@ class Stage:
         ``for ki: P += Ap[ki, 0:8] * Bp[ki, 0:32]`` with ``prefetch(Bp, ki, 16)`` ->
         ``for ki: prefetch Bp[min(ki + 16, K - 1), 0:32]; P += ...``
 
+        ``along``: a loop (or its name) of the stage this one is computed at (compute_at; or
+        of the stages that one is computed at, nearest first), enclosing the attach point. Then each iteration of ``loop``
+        fetches what the same iteration reads in iteration ``along + offset`` of that loop
+        (clamped to its last iteration): the next row's chunk while this row's is computed,
+        the prefetches spread over the work of ``loop`` instead of a burst at the top of
+        ``along``. Row softmax (exp buffered per row, computed at the row loop ``io``):
+        ``s[e].prefetch(x, jo, 1, along=io)`` -> ``for io: ...; for jo: prefetch
+        x[min(io + 1, N - 1), jo*128 : jo*128 + 128]; e[jo*128 + ...] = exp(x[io, ...] - m)``.
+        The tensor must be an argument or computed at root (an attached buffer holds one
+        iteration's values).
+
         Raises ``ScheduleError`` (naming the stage, tensor and loop) for a tensor the stage
         does not read, its own output, an offset below 1, a SIMD or bound loop, the same
         tensor twice at one loop; lowering, for a buffer not allocated around the loop
@@ -265,7 +280,19 @@ class Stage:
             raise self._err(f"prefetch({name}, {v.name})", f"another tensor of this schedule "
                             f"is called '{name}'; steps name tensors, so give the two "
                             "distinct names")
-        self.schedule.apply_step(ls.Prefetch(self.name, name, v.name, offset))
+        if along is not None:
+            prim = f"prefetch({name}, {v.name})"
+            if not isinstance(along, (IterVar, str)):
+                raise self._err(prim, "along must be a loop (IterVar, or its name) of the stage "
+                                f"this one is computed at; got {along!r}")
+            host, found = ls.along_loop(self.schedule, self, getattr(along, "name", along),
+                                        prim)
+            if isinstance(along, IterVar) and found is not along:
+                raise self._err(prim, f"along: loop '{along.name}' is not the loop of that name "
+                                f"enclosing '{self.name}' where it is computed (that one is "
+                                f"'{host.name}.{found.name}'); give the loops distinct names")
+        self.schedule.apply_step(ls.Prefetch(self.name, name, v.name, offset,
+                                             getattr(along, "name", along)))
 
     def bind(self, loop: IterVar, tag: str) -> None:
         """Bind ``loop`` to a GPU index: ``blockIdx.x|y|z`` or ``threadIdx.x|y|z``."""

@@ -213,6 +213,7 @@ class _Plan:
     threads: list           # the knob 'parallel''s choices (none: no knob)
     tile_fed: dict          # id(padding stage) -> the tiled contraction stage, its one reader
     lanes: set = field(default_factory=set)   # stages with a knob <stage>.lanes (rfactor)
+    ahead: set = field(default_factory=set)   # row outputs with a knob <stage>.ahead
 
 
 def _plan(s: Schedule, outputs: list[Tensor], gpu: bool, machine: Machine) -> _Plan:
@@ -257,8 +258,14 @@ def _define_knobs(cfg, p: _Plan) -> None:
         if id(st) in p.per_row and cpu.row_knobs(cfg, st.op, p.names[id(st)], p.machine,
                                                  cpu.row_source(p.s, st, p.per_row)):
             p.lanes.add(id(st))
+    row_outputs = {id(o) for o in p.per_row.values()}
     for st in p.rooted:
         name = p.names[id(st)]
+        if id(st) in row_outputs and p.threads and any(
+                isinstance(t.op, PlaceholderOp) for r in p.stages
+                if p.per_row.get(id(r)) is st for t in r.op.inputs):
+            cfg.define_knob(f"{name}.ahead", [1, 0])   # rows its row passes prefetch ahead
+            p.ahead.add(id(st))
         if p.gpu:
             gpu_rules.gpu_knobs(cfg, st.op, name, is_contraction(st.op) and id(st) not in p.epis)
         elif id(st) in p.plans:
@@ -294,7 +301,8 @@ def _apply_choices(cfg, p: _Plan) -> None:
                 id(p.tile_fed[id(st)]) in tile_loops:
             cpu.per_tile(p.s, st, *tile_loops[id(p.tile_fed[id(st)])])
         elif id(st) in at_row:
-            cpu.per_row(cfg, p.s, t, p.names, at_row[id(st)], p.lanes, p.machine, par)
+            cpu.per_row(cfg, p.s, t, p.names, at_row[id(st)], p.lanes, p.machine, par,
+                        cfg[f"{name}.ahead"].val if id(st) in p.ahead else 0)
         elif (at := cpu.vectorize_parallel(cfg, p.s, t, name, id(st) in p.lanes, p.machine,
                                            par)) is not None:
             tile_loops[id(st)] = at

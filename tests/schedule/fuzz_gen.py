@@ -255,8 +255,26 @@ def _prefetch(s, st, rng, bad):
     loop = _loop(s, st, rng, bad and rng.random() < 0.5)
     offset = int(_choice(rng, (0, -1))) if bad and rng.random() < 0.3 else \
         int(_choice(rng, (1, 2, 3, 8, 16)))
+    along = _along(s, st, rng, bad)
+    if along is not None:    # the same iteration of `loop`, `offset` iterations of `along` ahead
+        return (f"s[{st.name}].prefetch({t.name}, {getattr(loop, 'name', loop)}, {offset}, "
+                f"along={along.name})"), lambda: st.prefetch(t, loop, offset, along=along)
     return f"s[{st.name}].prefetch({t.name}, {getattr(loop, 'name', loop)}, {offset})", \
         lambda: st.prefetch(t, loop, offset)
+
+
+def _along(s, st, rng, bad):
+    """None for a stage computed at root; for one computed at another's loop, mostly a loop
+    of that host that encloses the attach point (bad: any loop of any stage)."""
+    if bad and rng.random() < 0.2:
+        return _choice(rng, [v for x in s.stages for v in x.leaf_iter_vars])
+    attach = st.attach
+    if not hasattr(attach, "loop") or rng.random() < 0.15:
+        return None
+    host, leaves = attach.stage, attach.stage.leaf_iter_vars
+    if attach.loop not in leaves:          # split after compute_at: any loop (refused)
+        return _choice(rng, leaves)
+    return _choice(rng, leaves[:leaves.index(attach.loop) + 1])
 
 
 LOOP_PRIMITIVES = {  # name -> (weight, picker(s, stage, rng, bad) -> (text, thunk) | None)

@@ -9,6 +9,7 @@ the OpenCL build (no prefetch there) and the errors of the primitive and of lowe
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -321,10 +322,19 @@ def test_errors_at_lowering():
     C = lt.compute((8, 8), lambda i, j: P[i, j] + Q[i, j], name="C")
     s = lt.create_schedule(C)
     s[P].prefetch(A, s[P].op.axis[0], 1)
-    s[Q].compute_with(s[P], s[Q].op.axis[0] if False else s[P].op.axis[0])
-    with pytest.raises(lt.ScheduleError, match=r"loop 'i' of 'P' prefetches 'A' and is fused; "
-                       r"prefetch at a loop inside the fused ones"):
-        lt.lower(s, [A, C])
+    s[Q].prefetch(A, s[Q].op.axis[0], 2)
+    s[Q].compute_with(s[P], s[P].op.axis[0])
+    text = str(lt.lower(s, [A, C]))         # both at the top of the fused loop's iteration
+    assert "prefetch A[min((i + 1), 7), 0] x 8" in text
+    assert "prefetch A[min((i + 2), 7), 0] x 8" in text          # Q's, in P's loop variable
+    body = text[text.index("for i in [0, 8)"):]
+    assert body.index("prefetch") < body.index("P[i, j] =") < body.index("Q[i, j] =")
+    assert text.count("for i in") == 2      # the fused loop and C's
+    f = lt.build(s, [A, C])
+    a = np.arange(64, dtype=np.float32).reshape(8, 8)
+    c = np.empty_like(a)
+    f(a, c)
+    np.testing.assert_array_equal(c, (a + 1) + a * 2)
 
 
 ASAN_CASE = """
@@ -355,3 +365,174 @@ def test_prefetch_under_asan_and_ubsan():
                           capture_output=True, text=True, timeout=300, env=sanitizer_env(),
                           check=False)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
+# ---- along: the same iteration of a loop, in a later iteration of an enclosing host loop ------
+
+def _rows(N=37, M=256, chunk=32):
+    """A row-wise pipeline: e = exp-like map of x buffered per row (computed at out's row
+    loop), out = e * 2; e's column loop split in chunks."""
+    x = lt.placeholder((N, M), name="x")
+    e = lt.compute((N, M), lambda i, j: x[i, j] * 3.0 + 1.0, name="e")
+    out = lt.compute((N, M), lambda i, j: e[i, j] * 2.0, name="out")
+    s = lt.create_schedule(out)
+    io, ii = s[out].split(s[out].op.axis[0], factor=1)
+    s[out].parallel(io)
+    s[e].compute_at(s[out], ii)
+    jo, ji = s[e].split(s[e].op.axis[1], factor=chunk)
+    s[e].vectorize(ji)
+    return s, x, e, out, io, jo
+
+
+@pytest.mark.parametrize("N, M, chunk, offset", [(37, 256, 32, 1), (5, 100, 16, 2),
+                                                 (1, 64, 64, 1), (9, 48, 32, 3)])
+def test_prefetch_along_fetches_each_chunk_of_a_later_row_and_changes_nothing(N, M, chunk,
+                                                                             offset):
+    s, x, e, out, io, jo = _rows(N, M, chunk)
+    s[e].prefetch(x, jo, offset, along=io)
+    text = lowered = str(lt.lower(s, [x, out]))
+    # row i.outer + offset, clamped to the last row (the clamp may be unswitched into an if)
+    if N == 1:                              # unit loops are elided: the one row, again
+        assert "prefetch x[0, 0] x 64" in text, text
+        text = text.replace("x[0, 0] x 64", "x[0, (j.outer * 64)] x 64")
+    rows = set(re.findall(r"prefetch x\[(.+?), \(j\.outer \* \d+\)\] x ", text))
+    want = {f"(i.outer + {offset})", f"{N - 1}", f"min((i.outer + {offset}), {N - 1})"}
+    assert rows and rows <= want and (N == 1 or any("i.outer" in r for r in rows)), text
+    assert f"prefetch x[(i.outer + {offset}), (j.outer * {chunk})] x {chunk}" in text or \
+        N == 1 or M % chunk, text
+    body = text[text.index("for j.outer"):] if N > 1 else text
+    assert body.index("prefetch x") < body.index("e[0, ")     # at the top of each chunk
+    f = lt.build(s, [x, out])
+    a = np.random.default_rng(N).random((N, M), dtype=np.float32)
+    got = np.empty_like(a)
+    f(a, got)
+    np.testing.assert_array_equal(got, (a * np.float32(3) + np.float32(1)) * np.float32(2))
+    assert "along='i.outer'" in str(s.steps[-1])          # the printed step replays
+    s2, x2, e2, out2, io2, jo2 = _rows(N, M, chunk)
+    s2[e2].prefetch(x2, jo2, offset, along="i.outer")
+    assert str(lt.lower(s2, [x2, out2])) == lowered
+    src = f.source
+    assert src.count("lt_prefetch(") >= 2                   # the helper and the call
+
+
+def test_prefetch_along_replays_from_json_and_old_records_still_replay():
+    from looptune.schedule.steps import Step
+    s, x, e, out, io, jo = _rows()
+    s[e].prefetch(x, jo, 2, along=io)
+    step = s.steps[-1]
+    rec = step.to_json()
+    assert rec == ["prefetch", "e", ["x", "j.outer", 2, "i.outer"]]
+    assert Step.from_json(rec) == step
+    old = Step.from_json(["prefetch", "e", ["x", "j.outer", 2]])      # a log of before
+    assert old.along is None and old.to_json() == ["prefetch", "e", ["x", "j.outer", 2]]
+    s2, x2, _, out2, _, _ = _rows()
+    s2 = lt.create_schedule(out2)
+    for st in s.steps:                       # the same steps, applied from their records
+        s2.apply_step(Step.from_json(st.to_json()))
+    assert str(lt.lower(s2, [x2, out2])) == str(lt.lower(s, [x, out]))
+
+
+def test_prefetch_along_errors():
+    s, x, e, out, io, jo = _rows()
+    with pytest.raises(lt.ScheduleError, match=r"stage 'out': prefetch\(e, i.outer\): "
+                       r"along='i.outer': 'out' is not computed at another stage's loop"):
+        s[out].prefetch(e, io, 1, along=io)
+    with pytest.raises(lt.ScheduleError, match=r"along must be a loop \(IterVar, or its name\)"):
+        s[e].prefetch(x, jo, 1, along=3)
+    with pytest.raises(lt.ScheduleError, match=r"along='j.inner': no loop called 'j.inner' "
+                       r"encloses 'e' where it is computed; the enclosing loops are "
+                       r"\['out.i.outer', 'out.i.inner'\]"):
+        s[e].prefetch(x, jo, 1, along=s[e].leaf_iter_vars[2])
+    ji_out = s[out].op.axis[1]
+    with pytest.raises(lt.ScheduleError, match=r"no loop called 'j' encloses 'e'"):
+        s[e].prefetch(x, jo, 1, along=ji_out)
+    s[e].prefetch(x, jo, 1, along=s[out].leaf_iter_vars[1])       # i.inner encloses it too
+    with pytest.raises(lt.ScheduleError, match=r"split\(i.inner\): loop 'i.inner' is the loop "
+                       r"stage 'e' prefetches 'x' along; split before prefetching"):
+        s[out].split(s[out].leaf_iter_vars[1], factor=2)
+    # a tensor computed at a loop holds one iteration's values: not along
+    x = lt.placeholder((8, 64), name="x")
+    p = lt.compute((8, 64), lambda i, j: x[i, j] + 1.0, name="p")
+    e = lt.compute((8, 64), lambda i, j: p[i, j] * 3.0, name="e")
+    out = lt.compute((8, 64), lambda i, j: e[i, j] * 2.0, name="out")
+    s = lt.create_schedule(out)
+    i, _ = s[out].op.axis
+    s[e].compute_at(s[out], i)
+    s[p].compute_at(s[out], i)
+    with pytest.raises(lt.ScheduleError, match=r"'p' is computed at a loop \(compute_at out, "
+                       r"i\), so its buffer holds one iteration's values"):
+        s[e].prefetch(p, s[e].op.axis[1], 1, along=i)
+
+
+def test_prefetch_along_from_a_stage_whose_attach_loop_was_split():
+    s, x, e, out, io, jo = _rows()
+    s[out].split(s[out].leaf_iter_vars[1], factor=1)        # i.inner, e's attach point
+    with pytest.raises(lt.ScheduleError, match=r"along='i.outer': 'e' is computed at loop "
+                       r"'i.inner' of 'out', which was split or fused after compute_at"):
+        s[e].prefetch(x, jo, 1, along=io)
+
+
+def test_prefetch_along_a_host_loop_that_no_longer_encloses_fails_at_lowering():
+    s, x, e, out, io, jo = _rows()
+    s[e].prefetch(x, jo, 1, along=io)
+    s[e].compute_root()                     # moved after the prefetch was asked for
+    with pytest.raises(lt.ScheduleError, match=r"along loop 'out.i.outer' no longer encloses "
+                       r"'e'"):
+        lt.lower(s, [x, out])
+
+
+def _random_row_pipeline(seed: int):
+    """A random row pipeline with a prefetch along a host loop: e = x * 3 + 1 per row (maybe
+    with its row sum fused into its chunk loop), out = e * 2 + rowsum(e) or e * 2; the rows
+    split and maybe parallel, e computed at either row loop, its columns in chunks (tails
+    included), x prefetched some rows ahead along a random enclosing loop."""
+    rng = np.random.default_rng(seed)
+    N, M = int(rng.integers(1, 20)), int(rng.integers(1, 90))
+    x = lt.placeholder((N, M), name="x")
+    e = lt.compute((N, M), lambda i, j: x[i, j] * 3.0 + 1.0, name="e")
+    with_sum = bool(rng.integers(2))
+    if with_sum:
+        k = lt.reduce_axis(M, name="k")
+        rs = lt.compute((N,), lambda i: lt.sum(e[i, k], axis=k), name="rs")
+        out = lt.compute((N, M), lambda i, j: e[i, j] * 2.0 + rs[i], name="out")
+    else:
+        out = lt.compute((N, M), lambda i, j: e[i, j] * 2.0, name="out")
+    s = lt.create_schedule(out)
+    io, ii = s[out].split(s[out].op.axis[0], factor=int(rng.integers(1, 4)))
+    if rng.integers(2):
+        s[out].parallel(io)
+    at = [io, ii][int(rng.integers(2))]
+    s[e].compute_at(s[out], at)
+    chunk = int(rng.integers(1, 40))
+    jo, ji = s[e].split(s[e].op.axis[1], factor=chunk)
+    if rng.integers(2):
+        s[e].vectorize(ji)
+    if with_sum:
+        s[rs].compute_at(s[out], at)
+        if at is ii and rng.integers(2):   # the row sum's loop in e's chunk loop
+            (kk,) = s[rs].op.reduce_axis
+            ko, ki = s[rs].split(kk, factor=chunk)
+            s[rs].compute_with(s[e], jo)
+    along = [io, ii][:[io, ii].index(at) + 1][int(rng.integers([io, ii].index(at) + 1))]
+    offset = int(rng.integers(1, 4))
+    s[e].prefetch(x, jo, offset, along=along)
+    a = rng.standard_normal((N, M)).astype(np.float32)
+    ev = a * np.float32(3) + np.float32(1)
+    want = ev * np.float32(2) + (ev.sum(axis=1, keepdims=True, dtype=np.float32)
+                                 if with_sum else np.float32(0))
+    return s, [x, out], a, want, f"seed {seed}: N={N} M={M} chunk={chunk} along={along.name} " \
+        f"offset={offset} sum={with_sum}\n{s.steps}"
+
+
+@pytest.mark.parametrize("seeds", [range(0, 40), pytest.param(range(40, 400),
+                                                              marks=pytest.mark.slow)])
+def test_random_row_pipelines_with_prefetch_along_are_exact(seeds):
+    for seed in seeds:
+        s, args, a, want, what = _random_row_pipeline(seed)
+        f = lt.build(s, args, name=f"rows{seed}")
+        got = np.empty_like(want)
+        f(a, got)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=what)
+        text = str(lt.lower(s, args))
+        if want.shape[0] > 3 and "along=i.outer" in what:   # later rows exist: fetched
+            assert "prefetch x" in text, what + text
