@@ -13,10 +13,15 @@ and channels unrolled). Widths that are not multiples of 16 (28, 56) vectorize p
 
 ``conv2d_nchwc`` hand schedule: the layout transform is part of the algorithm. The input is
 packed (and padded) to NCHW[16]c and the weights to KCRS[16c][16k], so the innermost axis of
-every operand is a 16-float channel block: a 14-column x 16-channel register tile (14 AVX-512
-accumulators) takes one weight vector and broadcasts one input scalar per column at each
-reduction step, with no unaligned loads or lane shuffles. The tile is unpacked straight into
-the NCHW output as it is written back. Channel counts that are not multiples of 16 are padded
+every operand is a 16-float channel block: a register tile of 14 columns x 2 channel blocks
+(28 AVX-512 accumulators; ``nchwc_tile`` sizes it from the target's vector registers and
+lanes) takes one weight vector per block and broadcasts one input scalar per column at each
+reduction step, feeding both blocks, with no unaligned loads or lane shuffles. The tile is
+unpacked straight into the NCHW output as it is written back. Against the former tile of 14
+columns x 1 block: 0.781 -> 0.704 ms (296 -> 329 GFLOP/s, 94% of the FMA peak), 2 threads, in
+one process, 12 interleaved blocks of 20 calls, 2-core Intel Xeon VM (model 167, AVX-512);
+28 x 1 0.770, 7 x 2 rows x 2 blocks 0.740, the blocks outermost in the tile 1.31 (gcc then
+keeps fewer accumulators in registers). Channel counts that are not multiples of 16 are padded
 with zeros in the packs, so any size is exact.
 """
 from __future__ import annotations
@@ -130,7 +135,25 @@ def algorithm_nchwc(N, C, H, W, K, KH, KW, stride=1, pad=1, dtype="float32"):
     return [data, weight, out]
 
 
-def _schedule_nchwc(args, dtype, tx, ty, unroll_rx):
+def nchwc_tile(N, C, H, W, K, KH, KW, stride=1, pad=1, dtype="float32", target="c"):
+    """The hand schedule's register tile for this machine: (columns, channel blocks). Each
+    column of the tile holds ``blocks`` 16-channel blocks of accumulators (a block is
+    ``16 / Target.vector_lanes`` registers); the tile, one weight vector per block and a
+    broadcast input fit the vector registers: 14 columns x 2 blocks (28 + 2 + 1 zmm) with
+    AVX-512, 4-6 columns x 1 block (2 ymm each) with AVX2. Two blocks where the output
+    channels make an even number of blocks (every input broadcast feeds two FMAs)."""
+    t = lt.Target.parse(target)
+    per_block = max(1, BLOCK // t.vector_lanes(dtype))
+    KB = -(-K // BLOCK)
+    blocks = 2 if t.vector_registers() >= 32 and KB % 2 == 0 else 1
+    per_col = blocks * per_block
+    OW = _out_size(H, W, KH, KW, stride, pad)[1]
+    most = max(1, min(OW, (t.vector_registers() - per_col - 1) // per_col))
+    fit = max(d for d in range(1, most + 1) if OW % d == 0)
+    return (fit if 3 * fit >= 2 * most else most), blocks
+
+
+def _schedule_nchwc(args, dtype, tx, ty, unroll_rx, blocks=1):
     data, weight, out = algorithm_nchwc(*args, dtype=dtype)
     oc = out.op.inputs[0]
     dpack, wpack = oc.op.inputs
@@ -139,18 +162,22 @@ def _schedule_nchwc(args, dtype, tx, ty, unroll_rx):
     s[oc].compute_inline()
     n, k, y, x = s[out].op.axis
     ko, ki = s[out].split(k, factor=BLOCK)
+    koo, koi = s[out].split(ko, factor=blocks)
     yo, yi = s[out].split(y, factor=ty)
     xo, xi = s[out].split(x, factor=tx)
-    s[out].reorder(n, ko, yo, xo, ki, yi, xi)
-    s[out].parallel(s[out].fuse(n, ko, yo))
+    s[out].reorder(n, koo, yo, xo, koi, ki, yi, xi)
+    s[out].parallel(s[out].fuse(n, koo, yo))
     s[OL].compute_at(s[out], xo)
-    _, _, ly, lx, lk = s[OL].op.axis
+    _, lko, ly, lx, lk = s[OL].op.axis
     lco, lry, lrx, lci = s[OL].op.reduce_axis
-    s[OL].reorder(lco, lry, lrx, lci, ly, lx, lk)
+    # per reduction step: for each column, its blocks side by side (one broadcast input
+    # feeds them); blocks innermost measured 0.70 ms against 1.31 with blocks outermost
+    s[OL].reorder(lco, lry, lrx, lci, ly, lx, lko, lk)
     if unroll_rx:
         s[OL].unroll(lrx)
     s[OL].unroll(ly)
     s[OL].unroll(lx)
+    s[OL].unroll(lko)
     s[OL].vectorize(lk)
     pn, pc, py, _px, pb = s[dpack].op.axis
     s[dpack].parallel(s[dpack].fuse(pn, pc, py))
@@ -160,9 +187,11 @@ def _schedule_nchwc(args, dtype, tx, ty, unroll_rx):
     return s, [data, weight, out]
 
 
-def hand_schedule_nchwc(N, C, H, W, K, KH, KW, stride=1, pad=1, dtype="float32"):
-    return _schedule_nchwc((N, C, H, W, K, KH, KW, stride, pad), dtype, tx=14, ty=1,
-                           unroll_rx=False)
+def hand_schedule_nchwc(N, C, H, W, K, KH, KW, stride=1, pad=1, dtype="float32",
+                        target="c"):
+    args = (N, C, H, W, K, KH, KW, stride, pad)
+    tx, blocks = nchwc_tile(*args, dtype=dtype, target=target)
+    return _schedule_nchwc(args, dtype, tx=tx, ty=1, unroll_rx=False, blocks=blocks)
 
 
 # ---- templates ------------------------------------------------------------------------------
@@ -180,13 +209,16 @@ def template(cfg, N, C, H, W, K, KH, KW, stride=1, pad=1, dtype="float32"):
 
 @lt.template(NAME_NCHWC)
 def template_nchwc(cfg, N, C, H, W, K, KH, KW, stride=1, pad=1, dtype="float32"):
-    """Register tile (rows x columns of 16-channel vectors), unrolling of the kernel width;
+    """Register tile (rows x columns x 16-channel blocks), unrolling of the kernel width;
     the fallback config is the hand schedule."""
-    cfg.define_knob("tile_x", [14, 8, 7, 16, 28])
+    args = (N, C, H, W, K, KH, KW, stride, pad)
+    tx, blocks = nchwc_tile(*args, dtype=dtype)
+    cfg.define_knob("tile_x", list(dict.fromkeys([tx, 14, 8, 7, 16, 28])))
     cfg.define_knob("tile_y", [1, 2])
     cfg.define_knob("unroll_rx", [False, True])
-    return _schedule_nchwc((N, C, H, W, K, KH, KW, stride, pad), dtype, cfg["tile_x"].val,
-                           cfg["tile_y"].val, cfg["unroll_rx"].val)
+    cfg.define_knob("blocks", list(dict.fromkeys([blocks, 1, 2])))
+    return _schedule_nchwc(args, dtype, cfg["tile_x"].val, cfg["tile_y"].val,
+                           cfg["unroll_rx"].val, cfg["blocks"].val)
 
 
 def reference(data: np.ndarray, weight: np.ndarray, stride: int = DEFAULT_ARGS[7],
