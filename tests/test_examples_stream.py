@@ -42,25 +42,30 @@ def test_stream_knob_both_choices_exact(name):
                                    atol=2e-4)
 
 
-def test_blur_hand_schedule_inlines_blur_x_into_parallel_8_by_64_tiles_unstreamed():
-    """The hand schedule (and the template's fallback): blur_x inlined, blur_y in 8 x 64
-    tiles fused into one parallel loop, vectorized, not streamed, at every size."""
+def test_blur_hand_schedule_computes_blur_x_per_parallel_16_by_32_tile_unstreamed():
+    """The hand schedule (and the template's fallback): blur_y in 16 x 32 tiles fused into one
+    parallel loop, vectorized, not streamed; blur_x computed per tile (18 x 32), vectorized,
+    at every size."""
     from looptune.examples import blur
     for H, W in ((11, 37), (4096, 4096)):
         s, tensors = blur.hand_schedule(H, W)
         text = str(lt.lower(s, tensors))
-        assert " streamed:" not in text and "blur_x" not in text.split("):", 1)[1]
+        assert " streamed:" not in text
+        assert "allocate blur_x[float32 * " in text
         assert [str(x) for x in s.steps] == [
-            "s[blur_y].split(s[blur_y].loop('y'), factor=8)",
-            "s[blur_y].split(s[blur_y].loop('x'), factor=64)",
+            "s[blur_y].split(s[blur_y].loop('y'), factor=16)",
+            "s[blur_y].split(s[blur_y].loop('x'), factor=32)",
             "s[blur_y].reorder(s[blur_y].loop('y.outer'), s[blur_y].loop('x.outer'), "
             "s[blur_y].loop('y.inner'), s[blur_y].loop('x.inner'))",
             "s[blur_y].vectorize(s[blur_y].loop('x.inner'))",
             "s[blur_y].fuse(s[blur_y].loop('y.outer'), s[blur_y].loop('x.outer'))",
             "s[blur_y].parallel(s[blur_y].loop('y.outer.x.outer.fused'))",
-            "s[blur_x].compute_inline()"]
+            "s[blur_x].compute_at(s[blur_y], s[blur_y].loop('y.outer.x.outer.fused'))",
+            "s[blur_x].vectorize(s[blur_x].loop('x'))"]
         fallback, _ = blur.template.func(FallbackConfig(), H, W)
         assert [str(x) for x in fallback.steps] == [str(x) for x in s.steps]
+    s, tensors = blur.hand_schedule(4096, 4096)
+    assert "allocate blur_x[float32 * 18, 32]" in str(lt.lower(s, tensors))
 
 
 def test_blur_strips_hold_half_of_l2():
