@@ -31,6 +31,8 @@ from .sanitize import c_identifier, is_reserved
 
 STACK_LIMIT = 8 * 1024   # bytes; larger or symbolic buffers go to the heap (big stack arrays
 # next to a register tile keep gcc from promoting the tile to registers: 4x slower)
+PAGE = 4096              # stack buffers of a page or more start half a page from the output
+# (mod 4 KiB) to avoid 4K aliasing; smaller ones (register tiles) stay plain arrays
 
 # floor division and modulo with Python's semantics (shared with the OpenCL prelude)
 FLOOR_HELPERS = r"""static inline int64_t lt_floordiv(int64_t a, int64_t b) {
@@ -195,6 +197,7 @@ class CCodegen(StmtVisitor):
         self.in_parallel = 0
         self.uses_parallel = False
         self.streams = 0                 # streamed loops emitted (each needs a fence after)
+        self.page_ref: str | None = None   # the output that page-sized stack buffers avoid
         self.expr = _CExpr(self)
 
     # ---- naming ------------------------------------------------------------------------
@@ -353,7 +356,21 @@ class CCodegen(StmtVisitor):
         for d in b.shape:
             size = size * _dim(d)
         size = simplify(size)
-        if isinstance(size, Const) and size.value * dt.itemsize(b.dtype) <= STACK_LIMIT:
+        item = dt.itemsize(b.dtype)
+        if isinstance(size, Const) and self.page_ref is not None and \
+                PAGE <= size.value * item <= STACK_LIMIT - PAGE:
+            # a page or more: placed half a page from the output, modulo 4 KiB (c_math.py)
+            self.helpers.add("lt_page_skew")
+            store = self._unique(("page", id(b)), f"{name}_page")
+            self.emit("{")
+            self.emit(f"{ctype} {store}[{size.value + PAGE // item}] "
+                      "__attribute__((aligned(64)));")
+            self.emit(f"{ctype} *restrict {name} = ({ctype} *)__builtin_assume_aligned("
+                      f"{store} + lt_page_skew({store}, {self.page_ref}, {item}), 64);")
+            self.visit(s.body)
+            self.emit("}")
+            return
+        if isinstance(size, Const) and size.value * item <= STACK_LIMIT:
             self.emit("{")
             self.emit(f"{ctype} {name}[{size.value}] __attribute__((aligned(64)));")
             self.visit(s.body)
@@ -391,6 +408,8 @@ class CCodegen(StmtVisitor):
             params.append(f"{const}{dt.c_type(b.dtype)} *{restrict}{self.buf_name(b)}")
         for v in f.size_vars:
             params.append(f"int64_t {self.var_name(v)}")
+        outs = [self.buf_name(b) for t, b in zip(f.args, f.buffers) if id(t) not in inputs]
+        self.page_ref = outs[0] if outs else None
         self.visit(f.body)
         if self.streams:
             self.emit("lt_sfence();")

@@ -173,11 +173,28 @@ static inline void lt_prefetch(const void *p, int64_t bytes) {
 """
 
 
+# A stack buffer of a page or more (a row of exponentials, say) sits where the stack puts it;
+# when its address and the output's agree modulo 4 KiB, a load from the buffer right after a
+# store to the output's same offset looks dependent to the CPU ("4K aliasing") and waits. Row
+# softmax 4096 x 1024 ran 1.06-1.09 ms with the output at a page boundary and 0.93-0.95 with it
+# half a page further (2 threads, 2-core Intel Xeon VM, model 167): which one a run got depended
+# on the stack and on numpy's allocator, so the same kernel timed 15% apart in the tuner, the
+# benchmark and a plain loop. The buffer is allocated a page larger and starts half a page
+# away from the output, modulo 4 KiB, 64-byte aligned (backends/c_codegen.py, visit_Allocate).
+PAGE_SKEW = r"""/* elements to skip so that a stack buffer starts half a page from ref (mod 4 KiB); see
+   backends/c_math.py */
+static inline int64_t lt_page_skew(const void *buf, const void *ref, int64_t item) {
+  const uintptr_t want = ((uintptr_t)ref + 2048u) & 4095u, have = (uintptr_t)buf & 4095u;
+  return (int64_t)(((want - have) & 4095u) & ~(uintptr_t)63) / item;
+}
+"""
+
 # helper name -> its C definition (helper_source emits them in this order: lt_sfence first,
 # it includes <immintrin.h> for the stream helpers)
 HELPERS = {"lt_expf": EXPF, "lt_divf": DIVF, "lt_sfence": SFENCE,
            "lt_stream_f32": _stream("lt_stream_f32", "float", "ps"),
-           "lt_stream_f64": _stream("lt_stream_f64", "double", "pd"), "lt_prefetch": PREFETCH}
+           "lt_stream_f64": _stream("lt_stream_f64", "double", "pd"), "lt_prefetch": PREFETCH,
+           "lt_page_skew": PAGE_SKEW}
 
 
 def helper_source(names) -> str:
