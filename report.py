@@ -14,8 +14,8 @@ its spread (half the range of the rounds, as a percentage of the median).
 Why the warm-up: right after a pause, a multi-threaded kernel runs slower for a while (on a
 2-core KVM guest, a 0.17 ms 2-thread kernel ran ~0.33 ms per call for the first 50-100 ms
 after a 0.3 s sleep under the passive OpenMP policy, looptune's default then: the sleeping
-threads' cores idle and wake), so a block timed right after the pause measured the wake-up, not the kernel
-(``benchmarks/threadpools.py``'s ``woken`` line shows it).
+threads' cores idle and wake), so a block timed right after the pause measured the wake-up,
+not the kernel (``benchmarks/threadpools.py``'s ``woken`` line shows it).
 """
 from __future__ import annotations
 
@@ -95,10 +95,9 @@ def _short_spin(st: dict) -> bool:
     """Whether the user's OpenMP settings let idle threads sleep within about looptune's spin
     (the passive policy, or a spin count no longer than looptune's)."""
     from .runtime_env import OPENMP_DEFAULTS
-    if str(st.get("OMP_WAIT_POLICY") or "").lower() == "passive":
-        return True
-    if str(st.get("OMP_WAIT_POLICY") or "").lower() == "active":
-        return False
+    policy = str(st.get("OMP_WAIT_POLICY") or "").lower()
+    if policy in ("passive", "active"):
+        return policy == "passive"
     try:
         return int(st.get("GOMP_SPINCOUNT") or "x") <= int(OPENMP_DEFAULTS["GOMP_SPINCOUNT"])
     except ValueError:

@@ -181,8 +181,8 @@ static inline void lt_prefetch(const void *p, int64_t bytes) {
 # on the stack and on numpy's allocator, so the same kernel timed 15% apart in the tuner, the
 # benchmark and a plain loop. The buffer is allocated a page larger and starts half a page
 # away from the output, modulo 4 KiB, 64-byte aligned (backends/c_codegen.py, visit_Allocate).
-PAGE_SKEW = r"""/* elements to skip so that a stack buffer starts half a page from ref (mod 4 KiB); see
-   backends/c_math.py */
+PAGE_SKEW = r"""/* elements to skip so that a stack buffer starts half a page from ref
+   (mod 4 KiB); see backends/c_math.py */
 static inline int64_t lt_page_skew(const void *buf, const void *ref, int64_t item) {
   const uintptr_t want = ((uintptr_t)ref + 2048u) & 4095u, have = (uintptr_t)buf & 4095u;
   return (int64_t)(((want - have) & 4095u) & ~(uintptr_t)63) / item;

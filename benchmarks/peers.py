@@ -26,9 +26,9 @@ Method: every measurement runs in a fresh process (thread pools of different lib
 each other down in one process), with every library's thread count set to ``--threads``
 (looptune: the target ``c -threads=N``) and each library's thread pool as its users get it:
 looptune's with looptune's defaults, the peers' with their own (``runtime_env.peer_environment``:
-torch's bundled libgomp spins as libgomp does, not as looptune chose); each process warms up, times blocks of calls of at
-least 20 ms, and reports the median per call, then checks its output against the numpy
-reference (after timing, so that numpy's BLAS threads do not run beside the timed kernel).
+torch's bundled libgomp spins as libgomp does, not as looptune chose); each process warms up, times
+blocks of calls of at least 20 ms, and reports the median per call, then checks its output against
+the numpy reference (after timing, so that numpy's BLAS threads do not run beside the timed kernel).
 Rounds run the measurements in a shuffled order; the table shows each one's median over the
 rounds and "vs best peer" = (best peer's time) / (best looptune time): above 1.10 meets the
 issue's goal. Absolute times move +-50% between minutes on shared VMs: compare ratios of one run.

@@ -36,8 +36,8 @@ The table shows each side's median milliseconds per call (with the spread: half 
 interquartile range of the blocks, as a percentage) and its ratio to the solo speed under the
 same policy. ``--n 128 --calls 200`` shows the other side of the trade: with the passive policy
 each parallel region of a tiny kernel first wakes the sleeping threads (0.10 ms per call of a
-0.03 ms kernel on a 2-core KVM guest, 2026-11-29; 0.029 ms with ``spin10k``). On a machine shared with
-other work the figures are noisy: compare ratios, run it twice.
+0.03 ms kernel on a 2-core KVM guest, 2026-11-29; 0.029 ms with ``spin10k``). On a machine
+shared with other work the figures are noisy: compare ratios, run it twice.
 """
 from __future__ import annotations
 

@@ -17,13 +17,13 @@ block of calls (a warm-up call, then as many calls as fill ``min_block`` seconds
 
 Each system's figure is the median over the rounds of its blocks' seconds per call; the
 spread is half the range of the rounds, relative to the median. Every worker runs with
-``OMP_NUM_THREADS=threads``; the looptune workers with this process's OpenMP settings
-(looptune's short spin, ``runtime_env``, unless you set your own), the others (ONNX Runtime,
-torch) with their libraries' own (``runtime_env.peer_environment``: torch's bundled libgomp
-spins as libgomp does by default; ONNX Runtime keeps its own thread pool's spinning). Memory: each worker's
-peak resident set growth from its baseline (inputs loaded, libraries imported) to after the
-runs; and the plan's arena. The per-kernel breakdown times each kernel alone (random inputs
-of its shapes) in the python worker.
+``OMP_NUM_THREADS=threads``; the looptune workers with this process's OpenMP settings (looptune's
+short spin, ``runtime_env``, unless you set your own), the others (ONNX Runtime, torch) with their
+libraries' own (``runtime_env.peer_environment``: torch's bundled libgomp spins as libgomp does by
+default; ONNX Runtime keeps its own thread pool's spinning). Memory: each worker's peak resident set
+growth from its baseline (inputs loaded, libraries imported) to after the runs; and the plan's
+arena. The per-kernel breakdown times each kernel alone (random inputs of its shapes) in the python
+worker.
 """
 from __future__ import annotations
 

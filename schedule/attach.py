@@ -41,3 +41,15 @@ class AttachAt:
 
 
 AttachPoint = Attach | AttachAt
+
+
+def enclosing_hosts(st: Stage):
+    """Up the compute_at chain of ``st``, nearest first: (the stage attached, its host, the
+    host's leaf loops that enclose the attach point, outermost first, or None where the attach
+    loop is no longer a leaf: split or fused after compute_at)."""
+    cur = st
+    while isinstance(cur.attach, AttachAt):
+        host, loop = cur.attach.stage, cur.attach.loop
+        leaves = host.leaf_iter_vars
+        yield cur, host, leaves[:leaves.index(loop) + 1] if loop in leaves else None
+        cur = host

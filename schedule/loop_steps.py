@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from ..lang.dtype import MAX_EXTENT, as_size
 from ..lang.expr import Const, IterKind, IterVar
 from . import relations as rel
-from .attach import Attach, AttachAt
+from .attach import Attach, AttachAt, enclosing_hosts
 from .relations import THREAD_TAGS, Annot
 from .steps import Step, loop_ref, stage_ref, tensor_ref, unpack
 
@@ -416,19 +416,15 @@ def along_loop(s: Schedule, st: Stage, name: str, prim: str):
                       "loop (compute_at), so no loop of another stage encloses its loops; "
                       "prefetch at one of its own loops with an offset instead")
     seen = []
-    cur = st
-    while isinstance(cur.attach, AttachAt):
-        host, hloop = cur.attach.stage, cur.attach.loop
-        if hloop not in host.leaf_iter_vars:
+    for cur, host, enclosing in enclosing_hosts(st):
+        if enclosing is None:
             raise st._err(prim, f"along={name!r}: '{cur.name}' is computed at loop "
-                          f"'{hloop.name}' of '{host.name}', which was split or fused after "
-                          "compute_at; attach to one of its current loops first")
-        enclosing = host.leaf_iter_vars[:host.leaf_iter_vars.index(hloop) + 1]
+                          f"'{cur.attach.loop.name}' of '{host.name}', which was split or fused "
+                          "after compute_at; attach to one of its current loops first")
         for v in enclosing:
             if v.name == name:
                 return host, v
         seen += [f"{host.name}.{v.name}" for v in enclosing]
-        cur = host
     raise st._err(prim, f"along={name!r}: no loop called '{name}' encloses '{st.name}' where "
                   f"it is computed; the enclosing loops are {seen}")
 

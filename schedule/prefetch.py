@@ -24,7 +24,7 @@ from ..lang.expr import Const, Expr, Var
 from ..lang.printer import expr_str
 from ..lang.simplify import simplify
 from ..lang.visitor import collect_loads, substitute
-from .attach import Attach, AttachAt
+from .attach import Attach, AttachAt, enclosing_hosts
 from .bound import _max, _min, interval, relax_leaves
 from .stmt import For, ForKind, Prefetch, Stmt
 
@@ -59,13 +59,10 @@ def _along_shift(lw: _Lowering, st: Stage, along, offset: int, prim: str) -> tup
     """(the host loop's variable, its value ``offset`` iterations ahead, clamped to its last
     iteration) for ``prefetch(..., along=)``; the host loop must still enclose ``st``."""
     host, loop = along
-    cur = st
-    while isinstance(cur.attach, AttachAt):
-        h, hl = cur.attach.stage, cur.attach.loop
-        if h is host and loop in h.leaf_iter_vars[:h.leaf_iter_vars.index(hl) + 1]:
+    for _, h, enclosing in enclosing_hosts(st):
+        if h is host and enclosing is not None and loop in enclosing:
             ext = lw.nests[host].extents[loop]
             return loop.var, _min(loop.var + _c(offset), ext - _c(1))
-        cur = h
     raise ScheduleError(f"{prim}: along loop '{host.name}.{loop.name}' no longer encloses "
                         f"'{st.name}' (it was split or fused, or '{st.name}' was computed "
                         "elsewhere after the prefetch); prefetch along a loop that encloses "

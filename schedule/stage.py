@@ -256,15 +256,15 @@ class Stage:
         ``for ki: prefetch Bp[min(ki + 16, K - 1), 0:32]; P += ...``
 
         ``along``: a loop (or its name) of the stage this one is computed at (compute_at; or
-        of the stages that one is computed at, nearest first), enclosing the attach point. Then each iteration of ``loop``
-        fetches what the same iteration reads in iteration ``along + offset`` of that loop
-        (clamped to its last iteration): the next row's chunk while this row's is computed,
-        the prefetches spread over the work of ``loop`` instead of a burst at the top of
-        ``along``. Row softmax (exp buffered per row, computed at the row loop ``io``):
-        ``s[e].prefetch(x, jo, 1, along=io)`` -> ``for io: ...; for jo: prefetch
-        x[min(io + 1, N - 1), jo*128 : jo*128 + 128]; e[jo*128 + ...] = exp(x[io, ...] - m)``.
-        The tensor must be an argument or computed at root (an attached buffer holds one
-        iteration's values).
+        of the stages that one is computed at, nearest first), enclosing the attach point.
+        Then each iteration of ``loop`` fetches what the same iteration reads in iteration
+        ``along + offset`` of that loop (clamped to its last iteration): the next row's chunk
+        while this row's is computed, the prefetches spread over the work of ``loop`` instead
+        of a burst at the top of ``along``. Row softmax (exp buffered per row, computed at the
+        row loop ``io``): ``s[e].prefetch(x, jo, 1, along=io)`` ->
+        ``for io: ...; for jo: prefetch x[min(io + 1, N - 1), jo*128 : jo*128 + 128];
+        e[jo*128 + ...] = exp(x[io, ...] - m)``. The tensor must be an argument or computed at
+        root (an attached buffer holds one iteration's values).
 
         Raises ``ScheduleError`` (naming the stage, tensor and loop) for a tensor the stage
         does not read, its own output, an offset below 1, a SIMD or bound loop, the same

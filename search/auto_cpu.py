@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from ..lang.expr import IterKind
 from ..lang.tensor import PlaceholderOp
-
 from .auto_rules import (
     Epilogue,
     UNROLL_BODY,
@@ -352,10 +351,10 @@ def per_row(cfg, s, T, names: dict, producers: list, lanes: set, machine: Machin
         if rf is not None:
             rfs.append(rf)
     if ahead and par:
-        _prefetch_next_rows(s, st, row, ahead, list(chunk_loop.values()), rfs)
+        _prefetch_next_rows(row, ahead, list(chunk_loop.values()), rfs)
 
 
-def _prefetch_next_rows(s, out, row, ahead: int, chunked: list, rfs: list) -> None:
+def _prefetch_next_rows(row, ahead: int, chunked: list, rfs: list) -> None:
     """A row pass asks the caches for its inputs ``ahead`` rows on, each step of its chunk
     loop for its own chunk (``prefetch(..., along=row)``): the next row arrives while this
     one is worked on, where the hardware prefetchers start over at every 4 KiB page. The pass
