@@ -296,6 +296,47 @@ def test_a_row_sum_may_fuse_its_partial_loop_into_the_exp_loop_exactly(N, M):
             check_outputs(s, [X, out], want)
 
 
+def _row_softmax(N, M):
+    X = lt.placeholder((N, M), "float32", name="X")
+    k1, k2 = lt.reduce_axis(M, name="k1"), lt.reduce_axis(M, name="k2")
+    mx = lt.compute((N,), lambda i: lt.max(X[i, k1], axis=k1), name="mx")
+    e = lt.compute((N, M), lambda i, j: lt.exp(X[i, j] - mx[i]), name="e")
+    sm = lt.compute((N,), lambda i: lt.sum(e[i, k2], axis=k2), name="sm")
+    return X, lt.compute((N, M), lambda i, j: e[i, j] / sm[i], name="out")
+
+
+def _softmax_ref(x):
+    z = np.exp(x.astype(np.float64) - x.max(1, keepdims=True))
+    return z / z.sum(1, keepdims=True)
+
+
+@pytest.mark.parametrize("N, M", [(9, 45 * 16), (5, 1000)])
+def test_row_passes_prefetch_the_next_row_along_the_row_loop(N, M):
+    """Knob ``<output>.ahead`` (on first, parallel rows only): the exp loop whose row sum is
+    fused into it asks, each chunk, for its chunk of x ``ahead`` rows on (``along`` the row
+    loop); without the fused loop, the first rfactored row reduction does; off or on one
+    thread, no prefetch. Exact every way."""
+    X, out = _row_softmax(N, M)
+    task = auto_task([X, out], target="c -threads=2")
+    sp = task.config_space
+    assert sp.knobs["out.ahead"].values == [1, 0]
+    row = {"e.inline": False, "e.at": "row", "sm.at": "row", "mx.at": "row", "parallel": True}
+    fused = task.instantiate(pick_config(sp, row))[0]
+    (step,) = [x for x in fused.steps if x.primitive == "prefetch"]
+    assert (step.stage, step.tensor, step.offset, step.along) == ("e", "X", 1, "i")
+    assert "prefetch X[" in str(lt.lower(fused, [X, out]))
+    unfused = task.instantiate(pick_config(sp, {**row, "sm.with": 0}))[0]
+    (step,) = [x for x in unfused.steps if x.primitive == "prefetch"]
+    assert (step.stage, step.tensor, step.along) == ("mx.rf", "X", "i")
+    off = task.instantiate(pick_config(sp, {**row, "out.ahead": 0}))[0]
+    serial = task.instantiate(pick_config(sp, {**row, "parallel": False}))[0]
+    assert [x for x in off.steps + serial.steps if x.primitive == "prefetch"] == []
+    assert [str(x) for x in off.steps] == [str(x) for x in fused.steps
+                                           if x.primitive != "prefetch"]
+    for s in (fused, unfused, off, serial):
+        check_outputs(s, [X, out], _softmax_ref)
+
+
 def _padded_conv(N, C, H, W, K, stride, depthwise, relu):
     """A 3x3 conv (or depthwise conv) over a zero padding (pad 1) of ``data``; ``relu``: an
     epilogue after it. Returns the tensors and the float64 numpy reference."""
