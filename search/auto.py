@@ -411,10 +411,13 @@ def auto_schedule(tensors: Sequence[Tensor], trials: int = 200, log_file: str | 
 
 def _fallback_first(tuner, opt, callbacks: list, log_file: str | None) -> None:
     """Measure config 0 as the first trial (unless the log holds it): the tuner learns from
-    it and the log callbacks write it."""
+    it and the log callbacks write it. It is also an anchor of the final re-measure: timed
+    again beside the best configs, so that one slow first measurement (a cold process) cannot
+    leave a pick slower than the fallback."""
     from .callbacks import LogToFile
     from .log import load_records
     from .measure import measure_configs
+    tuner.anchors.add(0)
     if log_file and any(r.index == 0 for r in load_records(log_file, tuner.task)):
         return
     (res,) = measure_configs(tuner.task, [0], opt)

@@ -84,14 +84,15 @@ class MeasureOption:
     ``check_correctness`` compares outputs with the task's default schedule on inputs from
     ``seed`` (within ``rtol``/``atol``, by dtype when None); ``flush_cache`` evicts the caches
     before each repeat (``min_repeat_ms`` is then ignored); ``warmup_ms`` of untimed calls
-    come first (at least one): right after the runner waited for a build, a multi-threaded
-    kernel runs slower for a while as its sleeping threads' cores wake up (50-100 ms on a
-    2-core KVM guest), which penalised parallel configs of small kernels (0.1-0.3 ms) against
-    serial ones. A candidate whose first (checked)
-    call takes longer than ``cutoff_min_ms`` and ``slow_cutoff`` times the best cost measured so
-    far is not timed further: that call is its cost (it cannot be the best), which keeps
-    hopeless candidates from eating the tuning time; ``slow_cutoff=None`` times every candidate
-    in full.
+    come first (shared by the placements each candidate is timed at, each warmed just before
+    its repeats; at least one call each): right after the runner waited for a build, a
+    multi-threaded kernel runs slower for a while as its sleeping threads' cores wake up
+    (50-100 ms on a 2-core KVM guest), which penalised parallel configs of small kernels
+    (0.1-0.3 ms) against serial ones. A candidate whose first (checked) call takes longer
+    than ``cutoff_min_ms`` and ``slow_cutoff`` times the best cost measured so far is not
+    timed further: that call is its cost (it cannot be the best), which keeps hopeless
+    candidates from eating the tuning time; ``slow_cutoff=None`` times every candidate in
+    full.
 
     At the end of a tune the ``remeasure_top`` best configs are measured again in
     ``remeasure_rounds`` interleaved rounds (0: no re-measure); the best is then chosen by the

@@ -13,8 +13,10 @@ result, and the trial count. ``tune``:
    ``early_stopping`` trials pass without improvement, or after the batch in flight when
    Ctrl-C is pressed (a second Ctrl-C aborts at once; ``tuner.interrupted`` tells);
 4. unless interrupted, measures the ``measure_option.remeasure_top`` best configs again in
-   ``remeasure_rounds`` interleaved rounds; the callbacks get those results too (their
-   ``kind`` is ``"remeasure"``; ``log_to_file`` logs them) but they are not trials;
+   ``remeasure_rounds`` interleaved rounds, with the tuner's ``anchors`` (config indices
+   timed beside them whatever their first measurement); the callbacks get those results
+   too (their ``kind`` is ``"remeasure"``; ``log_to_file`` logs them) but they are not
+   trials;
 5. returns the best correct result by the rule of ``log.rank_configs`` (the median over a
    config's measurements, re-measured configs first; its ``costs`` are then one cost per
    measurement), or raises :class:`TuningError` summarising the error kinds when every
@@ -91,6 +93,9 @@ class Tuner:
         self.trials = 0
         self._best_trial = 0
         self.remeasured: list[MeasureResult] = []     # re-measure runs (not trials)
+        # configs timed again beside the best ones at the end of a tune, however their one
+        # search measurement went (auto_schedule: the fallback, measured first and cold)
+        self.anchors: set[int] = set()
         self.busy_runs = 0          # runs of the last tune timed on a busy machine (measure.py)
         self.interrupted = False
         self.programs = ProgramSet(task)              # one measurement per distinct program
@@ -247,6 +252,8 @@ class Tuner:
         champion = self._ranked_configs(confirmed_first=True)[0]
         if any(r.kind == "remeasure" for r in champion) and champion not in top:
             top[-1] = champion       # contenders are timed beside the best confirmed so far
+        ranked = {g[0].config.index: g for g in self._ranked_configs(confirmed_first=False)}
+        top += [ranked[i] for i in sorted(self.anchors) if i in ranked and ranked[i] not in top]
         log.info("re-measuring the %d best configs of %s in %d interleaved rounds", len(top),
                  self.task.key, opt.remeasure_rounds)
         steps = {g[0].config.index: next((r.steps for r in g if r.steps), None) for g in top}

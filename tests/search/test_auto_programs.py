@@ -146,3 +146,22 @@ def test_a_tuned_log_holds_one_record_per_program_the_fallback_first(tmp_path):
     for r in recs:
         cfg = task.config_space.get(r["config"]["index"])
         assert canonical(task, cfg)[0].index == cfg.index
+
+
+def test_the_fallback_is_remeasured_beside_the_best_even_when_it_ranks_low(tmp_path):
+    """auto_schedule makes config 0 an anchor of the final re-measure: a slow first timing
+    (it runs first, in a cold process) cannot leave a pick that is slower than it."""
+    log = tmp_path / "auto.jsonl"
+    args = util_softmax(N=9, M=41).args
+    opt = MeasureOption(number=1, repeat=1, timeout=20, n_parallel=2, remeasure_top=1,
+                        remeasure_rounds=2, remeasure_fresh=False, warmup_ms=0)
+    lt.search.auto_schedule(args, trials=6, log_file=str(log), tuner="random",
+                            measure_option=opt)
+    recs = [json.loads(x) for x in log.read_text().splitlines()]
+    again = [r["config"]["index"] for r in recs if r.get("kind") == "remeasure"]
+    assert again.count(0) == 2                  # in both rounds, whatever its rank
+    assert len(again) == 4 or again == [0, 0]  # beside the best (unless config 0 is it)
+    # resumed from that log (config 0 not measured again), it is still an anchor
+    tuner = RandomTuner(auto_task(args), seed=0)
+    lt.search.auto._fallback_first(tuner, opt, [], str(log))
+    assert tuner.anchors == {0} and tuner.history == []

@@ -84,6 +84,38 @@ def test_the_best_is_the_median_after_the_final_remeasure(task, tmp_path):
     assert load_best(log, task).index == best.config.index          # the log agrees
 
 
+def test_an_anchor_slow_on_its_first_measurement_is_timed_again_and_can_win(task):
+    """The auto scheduler's fallback is measured first, in a cold process: one slow timing
+    must not keep it out of the final re-measure (it is an anchor), where it proves fastest."""
+    tuner = RandomTuner(task, seed=2)
+    order: list[int] = []
+
+    def first(i):
+        if not order:
+            tuner.anchors.add(i)                 # as auto_schedule does with its fallback
+        order.append(i)
+        return 5e-3 if len(order) == 1 else 1e-3 + i * 1e-9     # the first one: unlucky
+
+    m = _install(tuner, first, lambda i: 5e-4 if i == order[0] else 1e-3 + i * 1e-9)
+    best = tuner.tune(12, OPT)
+    anchor = order[0]
+    assert len(m.remeasured) == 3 and all(len(r) == 4 and anchor in r for r in m.remeasured)
+    assert best.config.index == anchor and best.kind == "remeasure"
+
+
+def test_without_anchors_a_slow_first_measurement_is_never_timed_again(task):
+    tuner = RandomTuner(task, seed=2)
+    order: list[int] = []
+
+    def first(i):
+        order.append(i)
+        return 5e-3 if len(order) == 1 else 1e-3 + i * 1e-9
+
+    m = _install(tuner, first, lambda i: 1e-3)
+    tuner.tune(12, OPT)
+    assert all(len(r) == 3 and order[0] not in r for r in m.remeasured)
+
+
 def test_a_config_wrong_on_remeasure_is_never_best(task):
     tuner = RandomTuner(task, seed=1)
     fastest: list[int] = []
@@ -352,8 +384,11 @@ def test_a_candidate_costs_the_mean_of_its_placements():
     from looptune.search.jobs import _time, placed
 
     class Kernel:
+        def __call__(self, *arrays):
+            pass
+
         def time(self, *arrays, number, repeat, warmup, min_repeat_ms):
-            return TimeResult([1e-4 if arrays[0].ctypes.data % 64 == 0 else 3e-4])
+            return TimeResult([1e-4 if arrays[0].ctypes.data % 64 == 0 else 3e-4] * repeat)
     a = np.zeros(1000, np.float32)
     sets = [[placed(a, 0)], [placed(a, 16)]]
     for flush in (False, True):
@@ -402,19 +437,47 @@ def test_warm_up_calls_the_kernel_untimed_for_the_time_asked_and_at_least_min_ca
     assert warm_up(run, 0, min_calls=2)[0] == 2 == len(calls)
 
 
-def test_the_runner_warms_each_candidate_up_before_timing_it(task, monkeypatch):
-    """The warm-up (threads awake) comes between the checked first call and the timing."""
+def test_the_runner_warms_each_placement_up_just_before_timing_it(task, monkeypatch):
+    """The warm-up (threads awake, the set's data in the caches) of each placement comes
+    right before that placement's repeats, after the checked first call: the steady state of
+    calls back to back on the same arrays, not the first calls after a switch of arrays."""
+    import looptune.search.jobs as jobs
+    warmed, timed_since = [], []
+
+    def written() -> list[int]:
+        out = [k for k, a in enumerate(outputs) if not np.isnan(a).all()]
+        for a in outputs:
+            a.fill(np.nan)
+        return out
+
+    def fake_warm_up(run, ms, min_calls=1):
+        timed_since.append(written())
+        run()
+        warmed.append((written(), ms))
+
+    monkeypatch.setattr(jobs, "warm_up", fake_warm_up)
+    state = jobs.RunnerState(task, MeasureOption(n_parallel=1, noise_threshold=None,
+                                                 number=1, repeat=3, warmup_ms=7.0), None)
+    outputs = [state.arrays(task.instantiate(None)[1], p)[-1]
+               for p in range(len(jobs.PLACEMENTS))]               # each placement's output
+    out = jobs.runner_job(state, (task.config_space.get(1).index, None))
+    timed_since.append(written())
+    assert out["kind"] == "none" and len(out["costs"]) == 3
+    assert warmed == [([0], 3.5), ([1], 3.5)]     # each placement warmed, its share of 7 ms
+    assert timed_since == [[0], [0], [1]]         # (the checked call,) then each one timed
+                                                  # right after its own warm-up
+
+
+def test_with_flush_cache_every_block_starts_cold(task, monkeypatch):
     import looptune.search.jobs as jobs
     events = []
-    monkeypatch.setattr(jobs, "warm_up", lambda run, ms: events.append(("warm", ms)))
-    real = jobs._time
-    monkeypatch.setattr(jobs, "_time",
-                        lambda f, arrays, opt: events.append(("time",)) or real(f, arrays, opt))
+    monkeypatch.setattr(jobs, "_flush_cache", lambda: events.append("flush"))
+    monkeypatch.setattr(jobs, "warm_up", lambda run, ms, min_calls=1: events.append("warm"))
     state = jobs.RunnerState(task, MeasureOption(n_parallel=1, noise_threshold=None,
-                                                 number=1, repeat=1, warmup_ms=7.0), None)
+                                                 number=1, repeat=2, flush_cache=True), None)
     out = jobs.runner_job(state, (task.config_space.get(1).index, None))
-    assert out["kind"] == "none" and len(out["costs"]) == 1
-    assert events == [("warm", 7.0), ("time",)]
+    assert len(out["costs"]) == 2
+    assert events == ["warm"] + ["flush"] * 2 * len(jobs.PLACEMENTS)
 
 
 # ---- OpenBLAS's idle threads --------------------------------------------------------------
