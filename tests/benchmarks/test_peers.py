@@ -129,7 +129,7 @@ def test_main_without_halide_measures_no_halide_job(monkeypatch, capsys):
     monkeypatch.setattr(peers, "run_job",
                         lambda job, opts: started.append(job) or {"seconds": 1e-3, "note": ""})
     assert peers.main(["--quick", "--only", "softmax", "--rounds", "1",
-                       "--halide", "adams2019"]) == 0
+                       "--halide", "adams2019", "--no-floors"]) == 0
     out = capsys.readouterr().out
     assert {j.system for j in started} == {"numpy", "torch", "looptune-hand"}
     assert "Halide Adams2019 ms" in out and "Halide hand ms" not in out
@@ -219,3 +219,92 @@ def test_auto_schedule_counts_the_trials_a_log_holds(tmp_path):
             ((1, "measure"), (2, "measure"), (2, "measure"), (1, "remeasure"))]
     log.write_text("".join(json.dumps(r) + "\n" for r in rows) + "\n")
     assert auto_schedule._trials(str(log)) == 2
+
+
+# ---- the machine's floors: why a workload falls short ------------------------------------------
+
+
+def _results(times: dict) -> dict:
+    """{(workload, system): ms} -> peers' results, one round each."""
+    return {Job(w, s): Result([ms / 1e3]) for (w, s), ms in times.items()}
+
+
+def test_floor_spec_counts_the_flop_of_the_examples_algorithms():
+    from looptune.operators import load_operators
+    from looptune.search import count_flop
+    peers.parse([])
+    for w in ("sgemm", "conv2d"):
+        kind, flop = peers.floor_spec(w, peers.opts_args(w))
+        op = load_operators(str(peers.EXAMPLES / peers.WORKLOADS[w][0]))[0]
+        out = op.algorithm(*peers.opts_args(w))
+        tensors = list(out) if isinstance(out, (list, tuple)) else [out]
+        assert kind == "fma" and flop == count_flop(tensors) > 2e8
+    assert peers.floor_spec("blur", peers.opts_args("blur")) == ("stream", (4096, 4096))
+    assert peers.floor_spec("layernorm", peers.opts_args("layernorm")) == ("stream",
+                                                                           (4096, 1024))
+
+
+def test_verdicts_say_met_out_of_reach_or_within_reach_with_the_floor():
+    peers.parse([])
+    res = _results({("sgemm", "torch"): 5.88, ("sgemm", "looptune-hand"): 6.26,
+                    ("sgemm", "numpy"): 6.48,
+                    ("softmax", "torch"): 1.24, ("softmax", "looptune-hand"): 1.00,
+                    ("layernorm", "torch"): 0.70, ("layernorm", "looptune-hand"): 0.69,
+                    ("blur", "numpy"): 54.6, ("blur", "looptune-hand"): 50.0})
+    floors = {"fma_gflops": 349.0, "stream_s": {"softmax": 0.61e-3, "layernorm": 0.62e-3,
+                                                "blur": 2.5e-3}}
+    lines = peers.verdicts(res, ["sgemm", "softmax", "layernorm", "blur"],
+                           ("numpy", "torch"), ("looptune hand",), floors)
+    sgemm, softmax, layernorm, blur = lines
+    # 2.147 GFLOP at 349 GFLOP/s is 6.15 ms, under 1.1x torch (5.345 ms)...
+    assert sgemm.startswith("sgemm: 0.94x torch: goal beyond the measured floor: 1.1x torch "
+                            "is 5.345 ms, 115% of the speed of the floor (6.153 ms: 2.15 "
+                            "GFLOP at the FMA peak measured by benchmarks/fma_peak.py, 349 "
+                            "GFLOP/s), which torch beat (5.880 ms), so the floor is not tight")
+    assert sgemm.endswith("looptune runs at 98% of it, torch at 105%")
+    # ...and with a peak torch does not beat, out of reach
+    (sgemm,) = peers.verdicts(res, ["sgemm"], ("numpy", "torch"), ("looptune hand",),
+                              dict(floors, fma_gflops=380.0))
+    assert sgemm.startswith("sgemm: 0.94x torch: goal out of reach here: 1.1x torch is "
+                            "5.345 ms, under the floor of 5.651 ms")
+    assert sgemm.endswith("torch runs at 96% of the floor's speed, looptune at 90%")
+    assert softmax == "softmax: 1.24x torch: goal met"
+    assert layernorm.startswith("layernorm: 1.01x torch: goal not met, within reach: 1.1x "
+                                "torch needs 97% of the floor's speed (0.620 ms: y = 2x over "
+                                "4096x1024 float32: 16 MiB read and 16 written)")
+    assert layernorm.endswith("looptune runs at 90%, torch at 89%")
+    assert blur.startswith("blur: 1.09x numpy: goal not met, within reach: 1.1x numpy needs "
+                           "5% of the floor's speed")
+
+
+def test_verdicts_without_floors_say_why_not():
+    peers.parse([])
+    res = _results({("softmax", "torch"): 1.0, ("softmax", "looptune-hand"): 1.0})
+    (line,) = peers.verdicts(res, ["softmax"], ("torch",), ("looptune hand",),
+                             {"error": "timed out after 900 s"})
+    assert line == ("softmax: 1.00x torch: goal not met (the machine's floors were not "
+                    "measured: timed out after 900 s)")
+    (line,) = peers.verdicts(res, ["softmax"], ("torch",), ("looptune hand",), {"stream_s": {}})
+    assert line.endswith("(the memory floor was not measured)")
+
+
+def test_floors_worker_measures_the_peak_and_the_stream_floor():
+    peers.parse(["--quick"])
+    out = peers.floors_worker(["sgemm", "softmax"], 1, rounds=1)
+    assert out["lanes"] in (4, 8, 16) and out["fma_gflops"] > 1.0
+    assert set(out["stream_s"]) == {"softmax"} and 0 < out["stream_s"]["softmax"] < 0.1
+
+
+def test_main_prints_a_verdict_per_workload_and_no_floors_skips_them(monkeypatch, capsys):
+    monkeypatch.setattr(peers, "probe", lambda m: HALIDE_MISSING if m == "halide" else None)
+    monkeypatch.setattr(peers, "run_job", lambda job, opts: {
+        "seconds": 1e-3 if job.system.startswith("looptune") else 2e-3, "note": ""})
+    asked = []
+    monkeypatch.setattr(peers, "machine_floors",
+                        lambda opts: asked.append(opts.workloads) or {"stream_s": {}})
+    assert peers.main(["--quick", "--only", "softmax,layernorm", "--rounds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert asked == [["softmax", "layernorm"]]
+    assert "- softmax: 2.00x numpy: goal met\n- layernorm: 2.00x numpy: goal met" in out
+    assert peers.main(["--quick", "--only", "softmax", "--rounds", "1", "--no-floors"]) == 0
+    assert len(asked) == 1 and "goal met" not in capsys.readouterr().out
