@@ -252,8 +252,9 @@ class Tuner:
         champion = self._ranked_configs(confirmed_first=True)[0]
         if any(r.kind == "remeasure" for r in champion) and champion not in top:
             top[-1] = champion       # contenders are timed beside the best confirmed so far
-        ranked = {g[0].config.index: g for g in self._ranked_configs(confirmed_first=False)}
-        top += [ranked[i] for i in sorted(self.anchors) if i in ranked and ranked[i] not in top]
+        timed = {g[0].config.index for g in top}
+        top += [g for g in self._ranked_configs(confirmed_first=False)
+                if g[0].config.index in self.anchors - timed]
         log.info("re-measuring the %d best configs of %s in %d interleaved rounds", len(top),
                  self.task.key, opt.remeasure_rounds)
         steps = {g[0].config.index: next((r.steps for r in g if r.steps), None) for g in top}
