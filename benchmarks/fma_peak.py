@@ -55,6 +55,9 @@ int main(int argc, char **argv) {
       for (long i = 0; i < iters; i++) {
         #pragma GCC unroll 16
         for (int k = 0; k < ACC; k++) a[k] = a[k] * b + c;
+        /* b and c stay in registers: without this gcc reloads b from the stack in every
+           FMA (a memory operand each), which ran the loop below the peak */
+        __asm__ volatile("" : "+v"(b), "+v"(c));
       }
       for (int k = 0; k < ACC; k++)
         for (int l = 0; l < W; l++) sink += a[k][l];

@@ -453,7 +453,7 @@ def floors_worker(workloads: list[str], threads: int, rounds: int = 3) -> dict:
             scale, _ = memory_floor.kernels(*shape, threads)
             a = np.random.default_rng(0).random(shape, dtype=np.float32)
             b = np.empty_like(a)
-            out["stream_s"][w] = _time(lambda: scale(a, b), 0.02, rounds)
+            out["stream_s"][w] = _time(lambda f=scale, x=a, y=b: f(x, y), 0.02, rounds)
     return out
 
 

@@ -18,7 +18,7 @@ every operand is a 16-float channel block: a register tile of 14 columns x 2 cha
 lanes) takes one weight vector per block and broadcasts one input scalar per column at each
 reduction step, feeding both blocks, with no unaligned loads or lane shuffles. The tile is
 unpacked straight into the NCHW output as it is written back. Against the former tile of 14
-columns x 1 block: 0.781 -> 0.704 ms (296 -> 329 GFLOP/s, 94% of the FMA peak), 2 threads, in
+columns x 1 block: 0.781 -> 0.704 ms (296 -> 329 GFLOP/s, 71% of the FMA peak), 2 threads, in
 one process, 12 interleaved blocks of 20 calls, 2-core Intel Xeon VM (model 167, AVX-512);
 28 x 1 0.770, 7 x 2 rows x 2 blocks 0.740, the blocks outermost in the tile 1.31 (gcc then
 keeps fewer accumulators in registers). Channel counts that are not multiples of 16 are padded

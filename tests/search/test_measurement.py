@@ -469,7 +469,7 @@ def test_the_runner_warms_each_placement_up_just_before_timing_it(task, monkeypa
 
 
 def test_with_flush_cache_every_block_starts_cold(task, monkeypatch):
-    import looptune.search.jobs as jobs
+    from looptune.search import jobs
     events = []
     monkeypatch.setattr(jobs, "_flush_cache", lambda: events.append("flush"))
     monkeypatch.setattr(jobs, "warm_up", lambda run, ms, min_calls=1: events.append("warm"))
