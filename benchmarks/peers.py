@@ -288,11 +288,16 @@ def run_job(job: Job, opts) -> dict:
     cmd += ["--clock", opts.clock]
     for lg in opts.log:
         cmd += ["--log", lg]
+    return _run_worker(cmd, env, opts.timeout)
+
+
+def _run_worker(cmd: list[str], env: dict, timeout: float) -> dict:
+    """Run a worker process; the JSON object of its last ``{`` line, or ``{"error": ...}``."""
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False,
-                              timeout=opts.timeout)
+                              timeout=timeout)
     except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {opts.timeout} s"}
+        return {"error": f"timed out after {timeout} s"}
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
@@ -464,16 +469,7 @@ def machine_floors(opts) -> dict:
            ",".join(opts.workloads), "--threads", str(opts.threads)]
     cmd += ["--quick"] if opts.quick else []
     env = dict(os.environ, **{v: str(opts.threads) for v in THREAD_VARS})
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False,
-                              timeout=opts.timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {opts.timeout} s"}
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        tail = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
-        return {"error": tail[:300]}
-    return json.loads(lines[-1])
+    return _run_worker(cmd, env, opts.timeout)
 
 
 def verdicts(results: dict[Job, Result], workloads: list[str], peers: tuple[str, ...],

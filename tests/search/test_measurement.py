@@ -84,14 +84,16 @@ def test_the_best_is_the_median_after_the_final_remeasure(task, tmp_path):
     assert load_best(log, task).index == best.config.index          # the log agrees
 
 
-def test_an_anchor_slow_on_its_first_measurement_is_timed_again_and_can_win(task):
+@pytest.mark.parametrize("anchored", [True, False])
+def test_an_anchor_slow_on_its_first_measurement_is_timed_again_and_can_win(task, anchored):
     """The auto scheduler's fallback is measured first, in a cold process: one slow timing
-    must not keep it out of the final re-measure (it is an anchor), where it proves fastest."""
+    must not keep it out of the final re-measure (it is an anchor), where it proves fastest.
+    Without the anchor it is never timed again."""
     tuner = RandomTuner(task, seed=2)
     order: list[int] = []
 
     def first(i):
-        if not order:
+        if not order and anchored:
             tuner.anchors.add(i)                 # as auto_schedule does with its fallback
         order.append(i)
         return 5e-3 if len(order) == 1 else 1e-3 + i * 1e-9     # the first one: unlucky
@@ -99,21 +101,9 @@ def test_an_anchor_slow_on_its_first_measurement_is_timed_again_and_can_win(task
     m = _install(tuner, first, lambda i: 5e-4 if i == order[0] else 1e-3 + i * 1e-9)
     best = tuner.tune(12, OPT)
     anchor = order[0]
-    assert len(m.remeasured) == 3 and all(len(r) == 4 and anchor in r for r in m.remeasured)
-    assert best.config.index == anchor and best.kind == "remeasure"
-
-
-def test_without_anchors_a_slow_first_measurement_is_never_timed_again(task):
-    tuner = RandomTuner(task, seed=2)
-    order: list[int] = []
-
-    def first(i):
-        order.append(i)
-        return 5e-3 if len(order) == 1 else 1e-3 + i * 1e-9
-
-    m = _install(tuner, first, lambda i: 1e-3)
-    tuner.tune(12, OPT)
-    assert all(len(r) == 3 and order[0] not in r for r in m.remeasured)
+    assert len(m.remeasured) == 3
+    assert all(len(r) == 3 + anchored and (anchor in r) == anchored for r in m.remeasured)
+    assert (best.config.index == anchor) == anchored and best.kind == "remeasure"
 
 
 def test_a_config_wrong_on_remeasure_is_never_best(task):
