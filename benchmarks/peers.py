@@ -121,10 +121,9 @@ def _inputs(workload: str, args: tuple):
         N, M, K = args
         return [f32(N, K, lo=-1), f32(K, M, lo=-1)], np.empty((N, M), np.float32)
     if workload == "conv2d":
-        N, C, H, W, K, KH, KW, st, pad = args
-        OH, OW = (H + 2 * pad - KH) // st + 1, (W + 2 * pad - KW) // st + 1
+        N, C, H, W, K, KH, KW, _, _ = args
         return [f32(N, C, H, W), f32(K, C, KH, KW, lo=-0.5, hi=0.5)], \
-            np.empty((N, K, OH, OW), np.float32)
+            np.empty((N, K, *_conv_out(args)), np.float32)
     if workload == "softmax":
         return [f32(*args, lo=-8, hi=8)], np.empty(args, np.float32)
     if workload == "layernorm":
@@ -132,6 +131,12 @@ def _inputs(workload: str, args: tuple):
         return [f32(N, D, lo=-3, hi=5), f32(D), f32(D)], np.empty((N, D), np.float32)
     H, W = args
     return [f32(H + 2, W + 2)], np.empty((H, W), np.float32)
+
+
+def _conv_out(args: tuple) -> tuple[int, int]:
+    """conv2d's output height and width at ``args`` (N, C, H, W, K, KH, KW, stride, pad)."""
+    _, _, H, W, _, KH, KW, stride, pad = args
+    return (H + 2 * pad - KH) // stride + 1, (W + 2 * pad - KW) // stride + 1
 
 
 def _time(run, min_block_s: float, repeat: int, clock=time.perf_counter) -> float:
@@ -433,8 +438,8 @@ def floor_spec(workload: str, args: tuple) -> tuple[str, float | tuple[int, int]
         M, N, K = args
         return "fma", 2.0 * M * N * K
     if workload == "conv2d":
-        N, C, H, W, K, KH, KW, stride, pad = args
-        OH, OW = (H + 2 * pad - KH) // stride + 1, (W + 2 * pad - KW) // stride + 1
+        N, C, _, _, K, KH, KW, _, _ = args
+        OH, OW = _conv_out(args)
         return "fma", 2.0 * N * K * OH * OW * C * KH * KW
     return "stream", tuple(args[:2])
 
@@ -494,8 +499,7 @@ def verdicts(results: dict[Job, Result], workloads: list[str], peers: tuple[str,
         if floor is None:
             out.append(f"{head}: goal not met ({what})")
             continue
-        fastest, fjob = min(((r.median, j) for j, r in results.items()
-                             if j.workload == w and r.median is not None), key=lambda c: c[0])
+        fastest, fjob = _best(results, w, peers + mine)
         need = tp / GOAL
         if need >= floor:
             out.append(f"{head}: goal not met, within reach: 1.1x {pjob.column} needs "

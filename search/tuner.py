@@ -246,15 +246,15 @@ class Tuner:
         """Measure the best configs again in interleaved rounds (see the module docstring)."""
         if not opt.remeasure_top or not hasattr(measurer, "remeasure"):
             return
-        top = self._ranked_configs(confirmed_first=False)[:opt.remeasure_top]
+        ranked = self._ranked_configs(confirmed_first=False)
+        top = ranked[:opt.remeasure_top]
         if not top:
             return
         champion = self._ranked_configs(confirmed_first=True)[0]
         if any(r.kind == "remeasure" for r in champion) and champion not in top:
             top[-1] = champion       # contenders are timed beside the best confirmed so far
         timed = {g[0].config.index for g in top}
-        top += [g for g in self._ranked_configs(confirmed_first=False)
-                if g[0].config.index in self.anchors - timed]
+        top += [g for g in ranked if g[0].config.index in self.anchors - timed]
         log.info("re-measuring the %d best configs of %s in %d interleaved rounds", len(top),
                  self.task.key, opt.remeasure_rounds)
         steps = {g[0].config.index: next((r.steps for r in g if r.steps), None) for g in top}
