@@ -35,6 +35,7 @@ from .march import (
 )
 from .opencl_host import host_source, runtime_source
 from .sanitize import c_comment, c_identifier, check_function_name
+from .target import default_march
 
 
 def _shape_doc(t) -> str:
@@ -249,7 +250,7 @@ def _variants(modules, levels: list[str] | None) -> list[_Variant]:
     if levels is None:
         own = next((m.target.options.get("march") for m in mods
                     if getattr(getattr(m, "target", None), "kind", None) == "c"), None)
-        return [_Variant(str(own or "native"), mods)]
+        return [_Variant(str(own or default_march()), mods)]
     if len(levels) > 1 and any(getattr(m, "target", None) is not None and
                                m.target.kind == "opencl" for m in mods):
         raise BuildError(f"export_library: a multi-target library (march={levels}) dispatches "

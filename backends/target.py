@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -26,6 +27,22 @@ _VALUES = {
     "platform": (None, "a platform name such as -platform=pocl"),
 }
 _BARE_OK = {"sanitize", "fast-math", "bounds-check", "libm-exp", "ieee-div"}
+MARCH_ENV = "LOOPTUNE_MARCH"      # the -march of C targets that name none (default: native)
+
+
+def default_march() -> str:
+    """The ``-march`` of a C target without ``-march=``: ``$LOOPTUNE_MARCH`` when set (e.g.
+    ``x86-64-v3`` to build, size and tune everything for an AVX2 machine on an AVX-512 one, as
+    ``HL_JIT_TARGET`` does for Halide and ``ATEN_CPU_CAPABILITY`` for torch), else ``native``.
+    A value that is no CPU name raises BuildError naming the variable."""
+    val = os.environ.get(MARCH_ENV, "").strip()
+    if not val:
+        return "native"
+    if not _VALUES["march"][0].fullmatch(val):
+        raise BuildError(f"${MARCH_ENV}={val!r}: the default -march needs a CPU name such as "
+                         f"x86-64-v3, haswell or native; set it to one, or unset {MARCH_ENV} "
+                         "for native")
+    return val
 
 
 @dataclass(frozen=True)
@@ -85,7 +102,7 @@ class Target:
 
     def vector_lanes(self, dtype: str = "float32") -> int:
         """How many ``dtype`` elements one SIMD register of this C target holds, as its
-        compiler sees ``-march`` (native by default): 16 float32 lanes with AVX-512, 8 with
+        compiler sees ``-march`` (``march()``: native by default): 16 float32 lanes with AVX-512, 8 with
         AVX/AVX2, 4 with SSE or NEON. For schedules that size register tiles to the machine."""
         if self.kind != "c":
             raise BuildError(f"vector_lanes() answers for C targets, not '{self}'; an "
@@ -96,8 +113,12 @@ class Target:
             raise BuildError(f"vector_lanes(): unknown dtype {dtype!r}; use a numpy dtype "
                              "name such as 'float32'") from None
         from .compiler import simd_bytes
-        return max(1, simd_bytes(self.options.get("cc", "gcc"),
-                                 self.options.get("march", "native")) // itemsize)
+        return max(1, simd_bytes(self.options.get("cc", "gcc"), self.march()) // itemsize)
+
+    def march(self) -> str:
+        """The ``-march`` this C target compiles for: its ``-march=`` option, else
+        ``default_march()`` (``$LOOPTUNE_MARCH``, else native)."""
+        return str(self.options.get("march") or default_march())
 
     def vector_registers(self) -> int:
         """How many SIMD registers the compiler has for this C target: 32 with AVX-512 (zmm)

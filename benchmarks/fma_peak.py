@@ -72,14 +72,14 @@ int main(int argc, char **argv) {
 """
 
 
-def build(workdir: str) -> str:
+def build(workdir: str, march: str = "native") -> str:
     cc = shutil.which(os.environ.get("CC", "gcc"))
     if cc is None:
         sys.exit("fma_peak: no C compiler (set CC)")
     src, exe = os.path.join(workdir, "peak.c"), os.path.join(workdir, "peak")
     with open(src, "w") as f:
         f.write(SOURCE)
-    subprocess.run([cc, "-O2", "-march=native", "-ffp-contract=fast", "-fopenmp", src, "-o",
+    subprocess.run([cc, "-O2", f"-march={march}", "-ffp-contract=fast", "-fopenmp", src, "-o",
                     exe], check=True)
     return exe
 

@@ -2,7 +2,7 @@
 
     python benchmarks/peers.py [--rounds 3] [--only sgemm,blur] [--threads 2]
                                [--halide hand,adams2019] [--log T.jsonl | --log DIR]
-                               [--quick] [--json out.json]
+                               [--isa native|avx2] [--quick] [--json out.json]
 
 Workloads (issue 19): sgemm 1024^3 f32, conv2d 1x64x56x56 -> 64 3x3 pad 1, softmax and
 layernorm over rows of 4096 x 1024, the two-stage 3x3 blur of 4096^2 (``--quick``: small sizes,
@@ -33,6 +33,12 @@ Rounds run the measurements in a shuffled order; the table shows each one's medi
 rounds and "vs best peer" = (best peer's time) / (best looptune time): above 1.10 meets the
 issue's goal. Absolute times move +-50% between minutes on shared VMs: compare ratios of one run.
 
+``--isa avx2`` holds every system to AVX2 (``isa.py``: each library's own switch, checked in
+every worker; looptune through ``LOOPTUNE_MARCH=x86-64-v3``, so its schedules size their tiles
+for 8 lanes and 16 registers), which stands in for an AVX2 machine on an AVX-512 one; the
+floors are then measured at AVX2 too. Tuned logs must then come from a tune run under the same
+``LOOPTUNE_MARCH`` (records of another -march are not applied).
+
 Below the table, one line per workload says whether the goal is met and, if not, why: the
 machine's floor for the work (``floor_spec``: sgemm and conv2d at the FMA peak of
 ``fma_peak.py``; softmax, layernorm and blur at the time of y = 2x over their arrays, the
@@ -54,6 +60,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:     # isa.py, fma_peak.py, ... beside this file, when imported
+    sys.path.insert(0, str(HERE))
+from isa import ISAS
+from isa import environment as isa_environment
+
 EXAMPLES = HERE.parent / "examples"
 
 # workload -> (example file, full-size args, --quick args); args in the example's order
@@ -196,8 +207,11 @@ def _looptune_call(job: Job, args: tuple, inputs, output, threads: int, logs: li
 
 
 def worker(job: Job, args: tuple, threads: int, logs: list[str], quick: bool,
-           cpu_clock: bool = False) -> dict:
-    """Build, time and check one job in this (fresh) process."""
+           cpu_clock: bool = False, isa: str = "native") -> dict:
+    """Build, time and check one job in this (fresh) process, at instruction set ``isa``
+    (RuntimeError when the system does not run at it)."""
+    import isa as isas
+    held = isas.verify(job.system, isa)
     inputs, output = _inputs(job.workload, args)
     (op, *_) = _operators(job.workload)
     reference = op.reference_for(args)
@@ -219,7 +233,7 @@ def worker(job: Job, args: tuple, threads: int, logs: list[str], quick: bool,
         res = run()
         got = output if res is None else res.numpy() if job.system == "torch" else res
         _check(job, got, reference(*inputs))
-    return {"seconds": seconds, "note": note}
+    return {"seconds": seconds, "note": "; ".join(n for n in (note, held) if n)}
 
 
 def _check(job: Job, got, want) -> None:
@@ -287,8 +301,10 @@ def run_job(job: Job, opts) -> dict:
     env = dict(os.environ, **{v: str(opts.threads) for v in THREAD_VARS})
     if not job.system.startswith("looptune"):   # the peers run with their own pool settings
         env = peer_environment(env)
+    env.update(isa_environment(opts.isa))
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker",
-           json.dumps([job.workload, job.system, job.variant]), "--threads", str(opts.threads)]
+           json.dumps([job.workload, job.system, job.variant]), "--threads", str(opts.threads),
+           "--isa", opts.isa]
     cmd += ["--quick"] if opts.quick else []
     cmd += ["--clock", opts.clock]
     for lg in opts.log:
@@ -456,8 +472,10 @@ def floors_worker(workloads: list[str], threads: int, rounds: int = 3) -> dict:
     out: dict = {"stream_s": {}}
     specs = {w: floor_spec(w, _ARGS[w]) for w in workloads}
     if any(kind == "fma" for kind, _ in specs.values()):
+        from looptune.backends.target import default_march
         with tempfile.TemporaryDirectory(prefix="fma-peak-") as d:
-            out["lanes"], out["fma_gflops"] = fma_peak.peak(fma_peak.build(d), threads, rounds)
+            exe = fma_peak.build(d, default_march())
+            out["lanes"], out["fma_gflops"] = fma_peak.peak(exe, threads, rounds)
     for w, (kind, shape) in specs.items():
         if kind == "stream":
             scale, _ = memory_floor.kernels(*shape, threads)
@@ -474,6 +492,7 @@ def machine_floors(opts) -> dict:
            ",".join(opts.workloads), "--threads", str(opts.threads)]
     cmd += ["--quick"] if opts.quick else []
     env = dict(os.environ, **{v: str(opts.threads) for v in THREAD_VARS})
+    env.update(isa_environment(opts.isa))
     return _run_worker(cmd, env, opts.timeout)
 
 
@@ -557,6 +576,9 @@ def parse(argv=None):
                    help="wall: elapsed time (the figure to report); cpu: the process's CPU "
                    "time, steadier on a machine shared with other work, for A/B decisions "
                    "with --threads 1 (with more threads it sums their work)")
+    p.add_argument("--isa", choices=ISAS, default="native",
+                   help="native (default): each system at the machine's best; avx2: every "
+                   "system held to AVX2 (benchmarks/isa.py), an AVX2 machine stood in for")
     p.add_argument("--seed", type=int, default=0, help="seed of the shuffled order")
     p.add_argument("-v", "--verbose", action="store_true", help="print every measurement")
     p.add_argument("--no-floors", dest="floors", action="store_false",
@@ -617,7 +639,7 @@ def main(argv=None) -> int:
     if opts.worker:
         w, system, variant = json.loads(opts.worker)
         print(json.dumps(worker(Job(w, system, variant), _ARGS[w], opts.threads, opts.log,
-                                opts.quick, opts.clock == "cpu")))
+                                opts.quick, opts.clock == "cpu", opts.isa)))
         return 0
     modules = ("torch", "halide") if opts.halide else ("torch",)
     skipped = {m: r for m in modules if (r := probe(m))}
@@ -627,9 +649,10 @@ def main(argv=None) -> int:
         no_record = {w: why for w, (_, why) in tuned.items() if why}
         tuned = {w: names for w, (names, _) in tuned.items()}
     jobs = make_jobs(opts.workloads, opts.log, skipped, opts.halide, tuned)
-    print(f"CPU: {cpu_model()}; threads per system: {opts.threads}; {opts.rounds} shuffled "
-          f"round(s) of {len(jobs)} measurements, each in a fresh process; {opts.clock} clock",
-          flush=True)
+    held = "" if opts.isa == "native" else f"; every system held to {opts.isa} (isa.py)"
+    print(f"CPU: {cpu_model()}{held}; threads per system: {opts.threads}; {opts.rounds} "
+          f"shuffled round(s) of {len(jobs)} measurements, each in a fresh process; "
+          f"{opts.clock} clock", flush=True)
     results = measure(jobs, opts)
     print(table(results, opts.workloads, skipped, bool(opts.log), opts.halide, no_record))
     print("\n(ms: median over rounds of each process's median per call; a looptune or Halide "
@@ -648,7 +671,8 @@ def main(argv=None) -> int:
             print(f"{j.workload} {j.label}: failed in {len(r.errors)} round(s): {r.errors[-1]}")
     if opts.json:
         Path(opts.json).write_text(json.dumps({
-            "cpu": cpu_model(), "threads": opts.threads, "rounds": opts.rounds,
+            "cpu": cpu_model(), "isa": opts.isa, "threads": opts.threads,
+            "rounds": opts.rounds,
             "skipped": skipped, "halide": list(opts.halide), "no_record": no_record,
             "floors": floors,
             "results": [{"workload": j.workload, "system": j.system, "variant": j.variant,

@@ -10,8 +10,6 @@ from __future__ import annotations
 import functools
 import os
 import platform
-import re
-import subprocess
 from typing import Any
 
 from ..backends.march import resolved_march
@@ -34,16 +32,24 @@ def _machine_info() -> dict[str, Any]:
             "python": platform.python_version()}
 
 
-@functools.lru_cache(maxsize=None)
 def host_info(target: str | None = None) -> dict[str, Any]:
     """Where measurements were taken: host name, CPU model and count, OS, Python; for a C
-    target also its compiler (``cc``, ``cc_version``) and the resolved ``-march``."""
+    target also its compiler (``cc``, ``cc_version``) and the resolved ``-march`` (the
+    target's own, else ``$LOOPTUNE_MARCH``, else native)."""
+    from ..backends.target import MARCH_ENV
+    return dict(_host_info(target, os.environ.get(MARCH_ENV, "")))
+
+
+@functools.cache
+def _host_info(target: str | None, march_env: str) -> dict[str, Any]:
+    """host_info, cached per target and default -march (``march_env`` is only a cache key)."""
     info = dict(_machine_info())
     if target is None:
         return info
     from ..backends.target import Target
     try:
         t = Target.parse(target)
+        march = t.march()
     except LooptuneError:
         return info
     if t.kind == "c":
@@ -54,7 +60,7 @@ def host_info(target: str | None = None) -> dict[str, Any]:
         except LooptuneError:
             info["cc_version"] = None
         info["cc"] = cc
-        info["march"] = resolved_march(cc, str(t.options.get("march", "native")))
+        info["march"] = resolved_march(cc, march)
     return info
 
 
