@@ -130,6 +130,14 @@ class Target:
             return 32
         return 16
 
+    def gemm_tile(self, dtype: str = "float32") -> tuple[int, int]:
+        """(rows, columns) of the register tile of a broadcast-FMA contraction on this C
+        target: two vectors a row, and as many rows (at most 8) as let 2 * rows accumulators,
+        the 2 vectors loaded per step and a broadcast fit the vector registers: 8 x 32 float32
+        with AVX-512, 6 x 16 with AVX2 (8 x 16 spills there). For hand schedules of matmuls."""
+        rows = max(1, min(8, (self.vector_registers() - 4) // 2))
+        return rows, 2 * self.vector_lanes(dtype)
+
     def threads(self) -> int:
         """How many threads a parallel loop of this target runs on: ``-threads=N``, else the
         CPUs this process may use. For schedules that split work among the threads."""

@@ -31,9 +31,8 @@ threads (11.33). The template's ``prefetch_scale`` knob lets a tune choose (0: n
 """
 from __future__ import annotations
 
-import numpy as np
-
 import looptune as lt
+import numpy as np
 
 NAME = "matmul"
 DEFAULT_ARGS = (1024, 1024, 1024)
@@ -82,9 +81,8 @@ def blocking(N: int, M: int, K: int, dtype: str = "float32", target: str = "c") 
     """The hand schedule's sizes for this machine: mr, nr, kc, mc, nc and the prefetch
     distance in rows of k (see the module doc)."""
     t = lt.Target.parse(target)
-    lanes, item = t.vector_lanes(dtype), np.dtype(dtype).itemsize
-    nr = 2 * lanes
-    mr = max(1, min(8, (t.vector_registers() - 4) // 2))
+    item = np.dtype(dtype).itemsize
+    mr, nr = t.gemm_tile(dtype)
     l2 = t.cache_bytes(2)
     kmax = max(8, l2 // 4 // (item * (mr + nr)))
     kc = _ceil(K, _ceil(K, kmax))            # equal blocks of at most kmax
@@ -134,7 +132,7 @@ def template(cfg, N: int, M: int, K: int, dtype: str = "float32"):
     (rows of the micro-tile, kc, mc, nc, the prefetch distance; 0: none); the fallback
     config (the first value of each knob) is the hand schedule."""
     b = blocking(N, M, K, dtype)
-    cfg.define_knob("mr", [b["mr"], 4, 6, 12])
+    cfg.define_knob("mr", list(dict.fromkeys([b["mr"], 4, 6, 12])))   # 6 first on AVX2
     cfg.define_knob("kc_scale", [1, 0.5, 0.25, 2])
     cfg.define_knob("mc_scale", [1, 0.5, 2, 4])
     cfg.define_knob("nc_scale", [1, 0.5, 0.25])

@@ -9,9 +9,8 @@ over C). Tails of every tile are peeled, so the kernel is exact for any size.
 """
 from __future__ import annotations
 
-import numpy as np
-
 import looptune as lt
+import numpy as np
 
 NAME = "matmul_relu"
 DEFAULT_ARGS = (1024, 1024, 1024)
@@ -54,17 +53,24 @@ def _schedule(N, M, K, dtype, panel, tile_i, tile_j, par_rows):
     return s, [A, B, bias, D]
 
 
+def _tile(dtype: str) -> tuple[int, int]:
+    """The register tile (rows, columns) for this machine: 8 x 32 with AVX-512, 6 x 16 with
+    AVX2 (``Target.gemm_tile``)."""
+    return lt.Target.parse("c").gemm_tile(dtype)
+
+
 def hand_schedule(N: int, M: int, K: int, dtype: str = "float32"):
-    return _schedule(N, M, K, dtype, panel=64, tile_i=8,
-                     tile_j=2 * lt.Target.parse("c").vector_lanes(dtype), par_rows=False)
+    return _schedule(N, M, K, dtype, panel=64, tile_i=_tile(dtype)[0],
+                     tile_j=_tile(dtype)[1], par_rows=False)
 
 
 @lt.template(NAME)
 def template(cfg, N: int, M: int, K: int, dtype: str = "float32"):
     """Panel width, register tile and which loop the threads share; fallback = hand."""
     cfg.define_knob("panel", [64, 128, 256, 32])
-    cfg.define_knob("tile_i", [8, 4, 6, 12])
-    cfg.define_knob("tile_j", [32, 16, 48, 64])
+    ti, tj = _tile(dtype)
+    cfg.define_knob("tile_i", list(dict.fromkeys([ti, 4, 6, 12])))
+    cfg.define_knob("tile_j", list(dict.fromkeys([tj, 32, 16, 48, 64])))
     cfg.define_knob("parallel_rows", [False, True])
     return _schedule(N, M, K, dtype, cfg["panel"].val, cfg["tile_i"].val, cfg["tile_j"].val,
                      cfg["parallel_rows"].val)

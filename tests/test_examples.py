@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import looptune as lt
 import numpy as np
 import pytest
-
-import looptune as lt
 from looptune.operators import load_operators
 from looptune.report import make_arrays
 from looptune.search.space import FallbackConfig
@@ -61,6 +60,40 @@ def test_hand_schedule_template_fallback_and_sampled_configs(op):
         except lt.ScheduleError:
             continue
         _run(op, args, s, tensors)
+
+
+@pytest.mark.parametrize("op", OPS, ids=lambda op: op.name)
+def test_hand_schedules_and_fallbacks_are_exact_sized_for_avx2(op, monkeypatch):
+    """Under LOOPTUNE_MARCH=x86-64-v3 every hand schedule sizes its tiles for 8 lanes and 16
+    registers (conv2d_nchwc: 3 x 2 positions at 56 x 56) and stays exact; so does the
+    template's fallback, which is still the hand schedule."""
+    from looptune.backends.compiler import predefined_macros
+    try:
+        predefined_macros("gcc", "x86-64-v3")
+    except lt.BuildError:
+        pytest.skip("not an x86-64 gcc")
+    monkeypatch.setenv("LOOPTUNE_MARCH", "x86-64-v3")
+    args = SMALL[op.name]
+    _run(op, args, *op.hand_schedule(*args))
+    hand = lt.lower(*op.hand_schedule(*args))
+    assert str(lt.lower(*op.template.func(FallbackConfig(), *args))) == str(hand)
+
+
+@pytest.mark.parametrize("march, want", [("x86-64-v4", (14, 1, 2)), ("x86-64-v3", (3, 2, 1))])
+def test_nchwc_tile_fills_the_registers(march, want):
+    """The register tile: the most useful accumulators that fit (the tile, a weight vector per
+    block register and one broadcast), the widest of equals; for every layer shape."""
+    conv2d = _example("conv2d")
+    t = lt.Target.parse(f"c -march={march}")
+    assert conv2d.nchwc_tile(1, 64, 56, 56, 64, 3, 3, 1, 1, target=str(t)) == want
+    for shape in [(1, 64, 56, 56, 64, 3, 3, 1, 1), (1, 256, 14, 14, 256, 3, 3, 1, 1),
+                  (1, 512, 7, 7, 512, 3, 3, 1, 1), (1, 3, 33, 17, 8, 3, 3, 2, 1),
+                  (1, 8, 1, 1, 24, 1, 1, 1, 0)]:
+        tx, ty, blocks = conv2d.nchwc_tile(*shape, target=str(t))
+        per_pos = blocks * 16 // t.vector_lanes()
+        assert tx * ty * per_pos + per_pos + 1 <= t.vector_registers(), (shape, tx, ty)
+        OH, OW = conv2d._out_size(*shape[2:4], *shape[5:9])
+        assert 1 <= tx <= OW and 1 <= ty <= OH
 
 
 @pytest.mark.parametrize("op", OPS, ids=lambda op: op.name)

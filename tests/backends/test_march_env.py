@@ -84,3 +84,16 @@ def test_hand_schedules_size_to_it_and_stay_exact(avx2_default):
     asm = subprocess.run(["gcc", *flags_for({}, parallel=True), "-S", "-o", "-", "-x", "c", "-"],
                          input=f.source, capture_output=True, text=True, check=True).stdout
     assert re.search(r"%ymm", asm) and not re.search(r"%zmm", asm)
+
+
+@pytest.mark.parametrize("march, want", [("x86-64-v4", (8, 32)), (V3, (6, 16))])
+def test_gemm_tile_fits_the_registers(march, want):
+    try:
+        predefined_macros("gcc", march)
+    except lt.BuildError:
+        pytest.skip(f"this gcc does not target -march={march}")
+    t = lt.Target.parse(f"c -march={march}")
+    rows, cols = t.gemm_tile()
+    assert (rows, cols) == want
+    assert 2 * rows + 2 + 1 <= t.vector_registers() and cols == 2 * t.vector_lanes()
+    assert t.gemm_tile("float64") == (rows, cols // 2)
