@@ -62,17 +62,19 @@ def test_hand_schedule_template_fallback_and_sampled_configs(op):
         _run(op, args, s, tensors)
 
 
+@pytest.mark.parametrize("march", ["x86-64-v3", "x86-64"])
 @pytest.mark.parametrize("op", OPS, ids=lambda op: op.name)
-def test_hand_schedules_and_fallbacks_are_exact_sized_for_avx2(op, monkeypatch):
-    """Under LOOPTUNE_MARCH=x86-64-v3 every hand schedule sizes its tiles for 8 lanes and 16
-    registers (conv2d_nchwc: 3 x 2 positions at 56 x 56) and stays exact; so does the
-    template's fallback, which is still the hand schedule."""
+def test_hand_schedules_and_fallbacks_are_exact_sized_for_avx2(op, march, monkeypatch):
+    """Under LOOPTUNE_MARCH=x86-64-v3 (AVX2) or x86-64 (SSE2: 4 lanes) every hand schedule
+    sizes its tiles for the lanes and 16 registers (conv2d_nchwc: 3 x 2 positions at 56 x 56
+    with AVX2) and stays exact; so does the template's fallback, still the hand schedule (the
+    matmul template raised on AVX2 machines: its knob values repeated)."""
     from looptune.backends.compiler import predefined_macros
     try:
-        predefined_macros("gcc", "x86-64-v3")
+        predefined_macros("gcc", march)
     except lt.BuildError:
         pytest.skip("not an x86-64 gcc")
-    monkeypatch.setenv("LOOPTUNE_MARCH", "x86-64-v3")
+    monkeypatch.setenv("LOOPTUNE_MARCH", march)
     args = SMALL[op.name]
     _run(op, args, *op.hand_schedule(*args))
     hand = lt.lower(*op.hand_schedule(*args))
