@@ -47,10 +47,14 @@ def test_space_of_a_matmul_with_an_epilogue():
 
 @pytest.mark.slow
 def test_every_config_of_a_small_space_is_exact():
+    """Every config of the 3 x 5 x 2 matmul's space (324 with AVX-512); where the machine's
+    lanes make it larger (1296 with AVX2, 1944 with SSE2: an AVX2 CI used to fail on a bound
+    of 500) config 0 and a seeded sample of 500, so the test stays bounded everywhere."""
     A, B, D = _matmul_relu(N=3, M=5, K=2)
     task = auto_task([A, B, D])
-    assert len(task.config_space) <= 500
-    for cfg in task.config_space:
+    space = task.config_space
+    configs = list(space) if len(space) <= 500 else [0, *space.sample(500, 5)]
+    for cfg in configs:
         s, tensors = task.instantiate(cfg)
         check_outputs(s, tensors, _relu_mm)
 
