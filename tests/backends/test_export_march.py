@@ -156,7 +156,8 @@ def test_x86_64_v2_export_holds_no_avx_instruction(tmp_path, objdump):
     assert any("ymm" in i for i in _avx_instructions(v3["so"]))
 
 
-def test_default_export_states_native_and_its_risk(tmp_path):
+def test_default_export_states_native_and_its_risk(tmp_path, monkeypatch):
+    monkeypatch.delenv("LOOPTUNE_MARCH", raising=False)     # the native default
     paths = lt.export_library(_vadd(), tmp_path / "libnat")
     header = paths["h"].read_text()
     assert "Target: -march=native, resolved on the exporting host to" in header

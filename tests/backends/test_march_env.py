@@ -97,3 +97,12 @@ def test_gemm_tile_fits_the_registers(march, want):
     assert (rows, cols) == want
     assert 2 * rows + 2 + 1 <= t.vector_registers() and cols == 2 * t.vector_lanes()
     assert t.gemm_tile("float64") == (rows, cols // 2)
+
+
+def test_an_export_states_the_default_march(avx2_default, tmp_path):
+    n = 64
+    A = lt.placeholder((n,), "float32", name="A")
+    B = lt.compute((n,), lambda i: A[i] + 1.0, name="B")
+    f = lt.build(lt.create_schedule(B), [A, B], name="inc")
+    header = lt.export_library(f, tmp_path / "libinc")["h"].read_text()
+    assert f"-march={V3}" in header and "resolved on the exporting host" not in header
