@@ -103,8 +103,8 @@ def _simd_bytes_or_0(cc: str, march: str) -> int:
 
 
 def flags_for(options: dict, parallel: bool) -> list[str]:
-    from .target import default_march
-    opt, march = options.get("O", "3"), str(options.get("march") or default_march())
+    from .target import march_of
+    opt, march = options.get("O", "3"), march_of(options)
     flags = [f"-O{opt}", f"-march={march}", "-fPIC", "-std=gnu11",
              "-fno-math-errno", "-fopenmp" if parallel else "-fopenmp-simd"]
     if _simd_bytes_or_0(options.get("cc", "gcc"), march) == 64:

@@ -248,9 +248,9 @@ def _variants(modules, levels: list[str] | None) -> list[_Variant]:
         return variants
     mods = _as_list(modules)
     if levels is None:
-        own = next((m.target.options.get("march") for m in mods
+        own = next((m.target.march() for m in mods
                     if getattr(getattr(m, "target", None), "kind", None) == "c"), None)
-        return [_Variant(str(own or default_march()), mods)]
+        return [_Variant(own or default_march(), mods)]
     if len(levels) > 1 and any(getattr(m, "target", None) is not None and
                                m.target.kind == "opencl" for m in mods):
         raise BuildError(f"export_library: a multi-target library (march={levels}) dispatches "

@@ -30,6 +30,12 @@ _BARE_OK = {"sanitize", "fast-math", "bounds-check", "libm-exp", "ieee-div"}
 MARCH_ENV = "LOOPTUNE_MARCH"      # the -march of C targets that name none (default: native)
 
 
+def march_of(options: dict) -> str:
+    """The ``-march`` that C target options compile for: their ``march``, else
+    ``default_march()``."""
+    return str(options.get("march") or default_march())
+
+
 def default_march() -> str:
     """The ``-march`` of a C target without ``-march=``: ``$LOOPTUNE_MARCH`` when set (e.g.
     ``x86-64-v3`` to build, size and tune everything for an AVX2 machine on an AVX-512 one, as
@@ -102,8 +108,9 @@ class Target:
 
     def vector_lanes(self, dtype: str = "float32") -> int:
         """How many ``dtype`` elements one SIMD register of this C target holds, as its
-        compiler sees ``-march`` (``march()``: native by default): 16 float32 lanes with AVX-512, 8 with
-        AVX/AVX2, 4 with SSE or NEON. For schedules that size register tiles to the machine."""
+        compiler sees ``-march`` (``march()``: native by default): 16 float32 lanes with
+        AVX-512, 8 with AVX/AVX2, 4 with SSE or NEON. For schedules that size register tiles
+        to the machine."""
         if self.kind != "c":
             raise BuildError(f"vector_lanes() answers for C targets, not '{self}'; an "
                              "OpenCL device reports its own preferred vector widths")
@@ -118,7 +125,7 @@ class Target:
     def march(self) -> str:
         """The ``-march`` this C target compiles for: its ``-march=`` option, else
         ``default_march()`` (``$LOOPTUNE_MARCH``, else native)."""
-        return str(self.options.get("march") or default_march())
+        return march_of(self.options)
 
     def vector_registers(self) -> int:
         """How many SIMD registers the compiler has for this C target: 32 with AVX-512 (zmm)

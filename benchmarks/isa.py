@@ -89,8 +89,7 @@ def _halide_isa() -> str:
     t = hl.get_jit_target_from_environment()
     if t.has_feature(hl.TargetFeature.AVX512):
         return f"AVX-512 (Halide target {t})"
-    return "AVX2 (Halide target " + str(t) + ")" if t.has_feature(hl.TargetFeature.AVX2) \
-        else f"no AVX2 (Halide target {t})"
+    return f"{'AVX2' if t.has_feature(hl.TargetFeature.AVX2) else 'no AVX2'} (Halide target {t})"
 
 
 def _looptune_isa() -> str:

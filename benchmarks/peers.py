@@ -62,8 +62,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:     # isa.py, fma_peak.py, ... beside this file, when imported
     sys.path.insert(0, str(HERE))
-from isa import ISAS
-from isa import environment as isa_environment
+import isa as isas  # noqa: E402  (the worker's parameter ``isa`` is the name of one)
 
 EXAMPLES = HERE.parent / "examples"
 
@@ -210,7 +209,6 @@ def worker(job: Job, args: tuple, threads: int, logs: list[str], quick: bool,
            cpu_clock: bool = False, isa: str = "native") -> dict:
     """Build, time and check one job in this (fresh) process, at instruction set ``isa``
     (RuntimeError when the system does not run at it)."""
-    import isa as isas
     held = isas.verify(job.system, isa)
     inputs, output = _inputs(job.workload, args)
     (op, *_) = _operators(job.workload)
@@ -301,7 +299,7 @@ def run_job(job: Job, opts) -> dict:
     env = dict(os.environ, **{v: str(opts.threads) for v in THREAD_VARS})
     if not job.system.startswith("looptune"):   # the peers run with their own pool settings
         env = peer_environment(env)
-    env.update(isa_environment(opts.isa))
+    env.update(isas.environment(opts.isa))
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker",
            json.dumps([job.workload, job.system, job.variant]), "--threads", str(opts.threads),
            "--isa", opts.isa]
@@ -492,7 +490,7 @@ def machine_floors(opts) -> dict:
            ",".join(opts.workloads), "--threads", str(opts.threads)]
     cmd += ["--quick"] if opts.quick else []
     env = dict(os.environ, **{v: str(opts.threads) for v in THREAD_VARS})
-    env.update(isa_environment(opts.isa))
+    env.update(isas.environment(opts.isa))
     return _run_worker(cmd, env, opts.timeout)
 
 
@@ -576,7 +574,7 @@ def parse(argv=None):
                    help="wall: elapsed time (the figure to report); cpu: the process's CPU "
                    "time, steadier on a machine shared with other work, for A/B decisions "
                    "with --threads 1 (with more threads it sums their work)")
-    p.add_argument("--isa", choices=ISAS, default="native",
+    p.add_argument("--isa", choices=isas.ISAS, default="native",
                    help="native (default): each system at the machine's best; avx2: every "
                    "system held to AVX2 (benchmarks/isa.py), an AVX2 machine stood in for")
     p.add_argument("--seed", type=int, default=0, help="seed of the shuffled order")

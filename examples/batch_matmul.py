@@ -11,8 +11,9 @@ panel is exactly 64 KB and lands on the stack, where gcc stops keeping the tile 
 """
 from __future__ import annotations
 
-import looptune as lt
 import numpy as np
+
+import looptune as lt
 
 NAME = "batch_matmul"
 DEFAULT_ARGS = (8, 256, 256, 256)
@@ -52,22 +53,16 @@ def _schedule(Bt, N, M, K, dtype, panel, tile_i, tile_j):
     return s, [A, B, C]
 
 
-def _tile(dtype: str) -> tuple[int, int]:
-    """The register tile (rows, columns) for this machine: 8 x 32 with AVX-512, 6 x 16 with
-    AVX2 (``Target.gemm_tile``)."""
-    return lt.Target.parse("c").gemm_tile(dtype)
-
-
 def hand_schedule(Bt: int, N: int, M: int, K: int, dtype: str = "float32"):
-    return _schedule(Bt, N, M, K, dtype, panel=128, tile_i=_tile(dtype)[0],
-                     tile_j=_tile(dtype)[1])
+    ti, tj = lt.Target.parse("c").gemm_tile(dtype)   # 8 x 32 AVX-512, 6 x 16 AVX2
+    return _schedule(Bt, N, M, K, dtype, panel=128, tile_i=ti, tile_j=tj)
 
 
 @lt.template(NAME)
 def template(cfg, Bt: int, N: int, M: int, K: int, dtype: str = "float32"):
     """Panel width and register tile; the fallback config is the hand schedule."""
     cfg.define_knob("panel", [128, 64, 256, 32])
-    ti, tj = _tile(dtype)
+    ti, tj = lt.Target.parse("c").gemm_tile(dtype)   # 8 x 32 AVX-512, 6 x 16 AVX2
     cfg.define_knob("tile_i", list(dict.fromkeys([ti, 4, 6, 12])))
     cfg.define_knob("tile_j", list(dict.fromkeys([tj, 32, 16, 48, 64])))
     return _schedule(Bt, N, M, K, dtype, cfg["panel"].val, cfg["tile_i"].val,

@@ -15,8 +15,9 @@ and channels unrolled). Widths that are not multiples of 16 (28, 56) vectorize p
 packed (and padded) to NCHW[16]c and the weights to KCRS[16c][16k], so the innermost axis of
 every operand is a 16-float channel block: a register tile of 14 columns x 2 channel blocks
 (28 AVX-512 accumulators; ``nchwc_tile`` sizes it from the target's vector registers and
-lanes: 3 columns x 2 rows, 12 accumulators, with AVX2) takes one weight vector per block and broadcasts one input scalar per column at each
-reduction step, feeding both blocks, with no unaligned loads or lane shuffles. The tile is
+lanes: 3 columns x 2 rows, 12 accumulators, with AVX2) takes one weight vector per block and
+broadcasts one input scalar per column at each reduction step, feeding both blocks, with no
+unaligned loads or lane shuffles. The tile is
 unpacked straight into the NCHW output as it is written back. Against the former tile of 14
 columns x 1 block: 0.781 -> 0.704 ms (296 -> 329 GFLOP/s, 71% of the FMA peak), 2 threads, in
 one process, 12 interleaved blocks of 20 calls, 2-core Intel Xeon VM (model 167, AVX-512);
@@ -26,8 +27,9 @@ with zeros in the packs, so any size is exact.
 """
 from __future__ import annotations
 
-import looptune as lt
 import numpy as np
+
+import looptune as lt
 
 NAME = "conv2d"
 DEFAULT_ARGS = (1, 64, 56, 56, 64, 3, 3, 1, 1)   # N, C, H, W, K, KH, KW, stride, pad

@@ -31,8 +31,9 @@ threads (11.33). The template's ``prefetch_scale`` knob lets a tune choose (0: n
 """
 from __future__ import annotations
 
-import looptune as lt
 import numpy as np
+
+import looptune as lt
 
 NAME = "matmul"
 DEFAULT_ARGS = (1024, 1024, 1024)

@@ -9,8 +9,9 @@ over C). Tails of every tile are peeled, so the kernel is exact for any size.
 """
 from __future__ import annotations
 
-import looptune as lt
 import numpy as np
+
+import looptune as lt
 
 NAME = "matmul_relu"
 DEFAULT_ARGS = (1024, 1024, 1024)
@@ -53,22 +54,16 @@ def _schedule(N, M, K, dtype, panel, tile_i, tile_j, par_rows):
     return s, [A, B, bias, D]
 
 
-def _tile(dtype: str) -> tuple[int, int]:
-    """The register tile (rows, columns) for this machine: 8 x 32 with AVX-512, 6 x 16 with
-    AVX2 (``Target.gemm_tile``)."""
-    return lt.Target.parse("c").gemm_tile(dtype)
-
-
 def hand_schedule(N: int, M: int, K: int, dtype: str = "float32"):
-    return _schedule(N, M, K, dtype, panel=64, tile_i=_tile(dtype)[0],
-                     tile_j=_tile(dtype)[1], par_rows=False)
+    ti, tj = lt.Target.parse("c").gemm_tile(dtype)   # 8 x 32 AVX-512, 6 x 16 AVX2
+    return _schedule(N, M, K, dtype, panel=64, tile_i=ti, tile_j=tj, par_rows=False)
 
 
 @lt.template(NAME)
 def template(cfg, N: int, M: int, K: int, dtype: str = "float32"):
     """Panel width, register tile and which loop the threads share; fallback = hand."""
     cfg.define_knob("panel", [64, 128, 256, 32])
-    ti, tj = _tile(dtype)
+    ti, tj = lt.Target.parse("c").gemm_tile(dtype)   # 8 x 32 AVX-512, 6 x 16 AVX2
     cfg.define_knob("tile_i", list(dict.fromkeys([ti, 4, 6, 12])))
     cfg.define_knob("tile_j", list(dict.fromkeys([tj, 32, 16, 48, 64])))
     cfg.define_knob("parallel_rows", [False, True])

@@ -7,9 +7,10 @@ import re
 import subprocess
 import sys
 
-import looptune as lt
 import numpy as np
 import pytest
+
+import looptune as lt
 from looptune.backends.compiler import flags_for, predefined_macros
 from looptune.backends.target import MARCH_ENV, default_march
 from looptune.search.hosts import host_info

@@ -17,8 +17,9 @@ if str(BENCH) not in sys.path:
 
 import isa
 import peers
-from looptune.backends.compiler import predefined_macros
 from peers import Job
+
+from looptune.backends.compiler import predefined_macros
 
 
 def _has_avx512() -> bool:
