@@ -54,7 +54,7 @@ def _schedule(Bt, N, M, K, dtype, panel, tile_i, tile_j):
 
 
 def hand_schedule(Bt: int, N: int, M: int, K: int, dtype: str = "float32"):
-    ti, tj = lt.Target.parse("c").gemm_tile(dtype)   # 8 x 32 AVX-512, 6 x 16 AVX2
+    ti, tj = lt.Target.parse("c").gemm_tile(dtype)   # 14 x 32 AVX-512, 6 x 16 AVX2
     return _schedule(Bt, N, M, K, dtype, panel=128, tile_i=ti, tile_j=tj)
 
 
@@ -62,8 +62,8 @@ def hand_schedule(Bt: int, N: int, M: int, K: int, dtype: str = "float32"):
 def template(cfg, Bt: int, N: int, M: int, K: int, dtype: str = "float32"):
     """Panel width and register tile; the fallback config is the hand schedule."""
     cfg.define_knob("panel", [128, 64, 256, 32])
-    ti, tj = lt.Target.parse("c").gemm_tile(dtype)   # 8 x 32 AVX-512, 6 x 16 AVX2
-    cfg.define_knob("tile_i", list(dict.fromkeys([ti, 4, 6, 12])))
+    ti, tj = lt.Target.parse("c").gemm_tile(dtype)   # 14 x 32 AVX-512, 6 x 16 AVX2
+    cfg.define_knob("tile_i", list(dict.fromkeys([ti, 8, 12, 6, 4])))
     cfg.define_knob("tile_j", list(dict.fromkeys([tj, 32, 16, 48, 64])))
     return _schedule(Bt, N, M, K, dtype, cfg["panel"].val, cfg["tile_i"].val,
                      cfg["tile_j"].val)

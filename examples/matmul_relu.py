@@ -55,7 +55,7 @@ def _schedule(N, M, K, dtype, panel, tile_i, tile_j, par_rows):
 
 
 def hand_schedule(N: int, M: int, K: int, dtype: str = "float32"):
-    ti, tj = lt.Target.parse("c").gemm_tile(dtype)   # 8 x 32 AVX-512, 6 x 16 AVX2
+    ti, tj = lt.Target.parse("c").gemm_tile(dtype)   # 14 x 32 AVX-512, 6 x 16 AVX2
     return _schedule(N, M, K, dtype, panel=64, tile_i=ti, tile_j=tj, par_rows=False)
 
 
@@ -63,8 +63,8 @@ def hand_schedule(N: int, M: int, K: int, dtype: str = "float32"):
 def template(cfg, N: int, M: int, K: int, dtype: str = "float32"):
     """Panel width, register tile and which loop the threads share; fallback = hand."""
     cfg.define_knob("panel", [64, 128, 256, 32])
-    ti, tj = lt.Target.parse("c").gemm_tile(dtype)   # 8 x 32 AVX-512, 6 x 16 AVX2
-    cfg.define_knob("tile_i", list(dict.fromkeys([ti, 4, 6, 12])))
+    ti, tj = lt.Target.parse("c").gemm_tile(dtype)   # 14 x 32 AVX-512, 6 x 16 AVX2
+    cfg.define_knob("tile_i", list(dict.fromkeys([ti, 8, 12, 6, 4])))
     cfg.define_knob("tile_j", list(dict.fromkeys([tj, 32, 16, 48, 64])))
     cfg.define_knob("parallel_rows", [False, True])
     return _schedule(N, M, K, dtype, cfg["panel"].val, cfg["tile_i"].val, cfg["tile_j"].val,
