@@ -99,7 +99,7 @@ from .task import Task
 from .template import DagTemplate, find_template, register
 from .tuners import make_tuner, tuner_class
 
-SKETCH_VERSION = 9     # 2: row statistics computed per row of their output
+SKETCH_VERSION = 10    # 2: row statistics computed per row of their output
                       # 3: epilogue chains (contraction -> bias -> activation)
                       # 4: multi-level tiling, packing, the rfactor rule, sized by the machine
                       # 5: knob 'parallel' (small kernels on one thread)
@@ -113,6 +113,9 @@ SKETCH_VERSION = 9     # 2: row statistics computed per row of their output
                       #    conv's padding per parallel tile first (<pad>.at "tile"); a
                       #    pooling's padding per parallel iteration and its rows in a
                       #    local accumulator (<stage>.cache)
+                      # 10: a fallback register tile within the machine's accumulators
+                      #    (registers less 4: 12 with AVX2, where 16 spilled), and a tile
+                      #    of all of them (28 with AVX-512) among the row knobs' values
 
 # ---- the DAG ---------------------------------------------------------------------------------
 

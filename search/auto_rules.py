@@ -20,7 +20,9 @@ from ..lang.visitor import ExprVisitor, collect_loads, collect_vars
 from ..schedule.attach import Attach
 from ..schedule.loop_steps import STREAM_DTYPES
 
-ACCUMULATORS = 16      # vector registers a register tile may hold (x86 and NEON have >= 16)
+ACCUMULATORS = 16      # the unroll budget's unit (UNROLL_VECTORS); a register tile's
+                       # accumulators come from the machine (Machine.accumulators)
+OPERAND_REGISTERS = 4  # vector registers a micro-kernel keeps for what it loads per step
 PANEL_VECTORS = 4      # a column panel of the fallback: this many vectors wide
 WORK_PER_THREAD = 4    # parallel iterations per thread the fallback aims for
 # A parallel region costs a few us while the OpenMP threads still spin (looptune's short
@@ -57,6 +59,19 @@ class Machine:
             return 1
         import numpy as np
         return max(1, self.simd_bytes // np.dtype(dtype).itemsize)
+
+    def vector_registers(self) -> int:
+        """The SIMD registers gcc has: 32 with AVX-512 (64-byte vectors), else 16 (AVX2 and
+        SSE; NEON's 32 are counted as 16, a tile that is merely smaller than it could be)."""
+        return 32 if (self.simd_bytes or 0) >= 64 else 16
+
+    def accumulators(self) -> int:
+        """Vectors a register tile may hold: the registers less ``OPERAND_REGISTERS`` for
+        the operands loaded per step (two vectors and a broadcast, one spare), as
+        ``Target.gemm_tile`` sizes the hand matmuls: 28 with AVX-512 (a 14 x 32 float tile),
+        12 with AVX2 (6 x 16). A fixed 16 had spilled AVX2's tiles (all 16 ymm registers
+        accumulating) and left 12 zmm registers unused with AVX-512."""
+        return self.vector_registers() - OPERAND_REGISTERS
 
     def __str__(self) -> str:
         llc = f"-llc{self.llc_bytes}" if self.llc_bytes is not None else ""
@@ -416,10 +431,14 @@ class TilePlan:
 
 
 def plan_tiles(op, machine: Machine) -> TilePlan:
-    """The tiling of contraction ``op`` (see :class:`TilePlan`). The register tile holds
-    ``ACCUMULATORS`` vectors: two vectors along the vector loop (one where it is short),
-    rows along the loop that the vector operand does not read, so that each vector loaded is
-    reused by every row; the parallel loop gets ``WORK_PER_THREAD`` iterations per thread,
+    """The tiling of contraction ``op`` (see :class:`TilePlan`). The fallback's register
+    tile holds ``ACCUMULATORS`` (16) vectors, or the machine's accumulators where fewer (12
+    with AVX2), and a knob value every accumulator register (28 with AVX-512: a 14 x 32
+    float matmul tile). Measured on the fallbacks, one Ice Lake core, the 28-vector tile
+    as the fallback: batch_matmul and conv2d_nchwc 13% faster, conv2d (NCHW) 19% and
+    matmul_relu 7% slower, so it is a choice for the tuner, not the first. The tile is two
+    vectors along the vector loop (one where it is short), rows along the loop that the
+    vector operand does not read, so that each vector loaded is reused by every row; the parallel loop gets ``WORK_PER_THREAD`` iterations per thread,
     from column panels first, then from the outer rows."""
     L = machine.lanes(op.output.dtype)
     tiled = long_axes(op)
@@ -427,16 +446,15 @@ def plan_tiles(op, machine: Machine) -> TilePlan:
     ext = {c: extent(op.axis[c]) for c in tiled}
     tv = _vector_tile(ext[v], L)
     rows = _row_preference(op, tiled, v)
-    budget = max(1, ACCUMULATORS * L // max(tv, L))
-    t = {v: tv}
-    for c in rows:
-        t[c] = max(1, min(budget, ext[c]))
-        budget = max(1, budget // t[c])
+    acc = machine.accumulators()
+    t = _row_tile(rows, ext, min(ACCUMULATORS, acc) * L // max(tv, L))
+    full = _row_tile(rows, ext, acc * L // max(tv, L))     # every accumulator register
+    t[v] = tv
     inner = {v: choices(tv, L, 2 * L, 3 * L, 4 * L, L // 2, ext[v] if ext[v] < L else 0,
                         limit=ext[v])}
     inner[v] = [x for x in inner[v] if x > 0]
     for c in rows:
-        inner[c] = choices(t[c], 1, 2, 4, 6, 8, 12, 16, limit=ext[c])
+        inner[c] = choices(t[c], 1, 2, 4, 6, 8, 12, 16, full[c], limit=ext[c])
     most = {c: math.ceil(ext[c] / min(inner[c])) for c in tiled}    # tiles at most
     mv = min(max(1, PANEL_VECTORS * L // tv), most[v])
     middle = {v: choices(mv, 1, 2, 4, 8, 16, limit=most[v])}
@@ -455,6 +473,17 @@ def plan_tiles(op, machine: Machine) -> TilePlan:
     streamed = _vector_operand(op, rows, v) if op.reduce_axis and \
         extent(op.reduce_axis[-1]) >= 2 * ahead else None
     return TilePlan(tiled, v, inner, middle, red, _pack_choices(op, rows, v), L, streamed)
+
+
+def _row_tile(rows, ext: dict, budget: int) -> dict:
+    """Rows of a register tile of at most ``budget`` row vectors, the innermost row loop
+    first."""
+    t = {}
+    budget = max(1, budget)
+    for c in rows:
+        t[c] = max(1, min(budget, ext[c]))
+        budget = max(1, budget // t[c])
+    return t
 
 
 def prefetch_ahead(tile: int, dtype: str) -> int:

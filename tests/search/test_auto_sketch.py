@@ -41,10 +41,11 @@ def test_matmul_gets_multi_level_tiles_sized_by_the_vector_lanes():
     sp = task.config_space
     assert {"C.cache", "C.tile0", "C.mid0", "C.tile1", "C.mid1", "C.red0", "C.order",
             "C.unroll", "C.pack", "C.prefetch", "parallel"} == set(sp.knobs)
-    # the fallback: two vectors of columns, rows filling 16 vector accumulators; B packed
-    # when its rows are 4 KiB apart or more (here 500 bytes: not packed first)
+    # the fallback: two vectors of columns, rows filling 16 vector accumulators (12 with
+    # AVX2's 16 registers); B packed when its rows are 4 KiB apart or more (here 500 bytes:
+    # not packed first)
     assert sp.knobs["C.tile1"].values[0] == 2 * L
-    assert sp.knobs["C.tile0"].values[0] * 2 == 16
+    assert sp.knobs["C.tile0"].values[0] * 2 == min(16, machine_of("c").accumulators())
     assert sp.knobs["C.pack"].values[0] == "none"
     wide = auto_task(list(_matmul(9, 1031, 13)))
     assert wide.config_space.knobs["C.pack"].values[0] == "B"
@@ -175,6 +176,16 @@ def test_tiles_follow_the_machine_and_the_task_name_says_which():
     assert wide.name != narrow.name
     assert wide.config_space.knobs["C.tile1"].values[0] == 32
     assert narrow.config_space.knobs["C.tile1"].values[0] == 16
+    # rows: 16 accumulators first with AVX-512 (8 x 2 vectors), and a tile of all 28
+    # (14 rows) among the choices; AVX2 keeps 4 of its 16 registers for the operands (6 x 2:
+    # 8 x 2 spilled there)
+    assert machine_of("c -march=skylake-avx512").accumulators() == 28
+    assert machine_of("c -march=haswell").accumulators() == 12
+    rows = wide.config_space.knobs["C.tile0"].values
+    assert rows[0] == 8 and 14 in rows
+    assert narrow.config_space.knobs["C.tile0"].values[0] == 6
+    s, _ = wide.instantiate(pick_config(wide.config_space, {"C.tile0": 14}))
+    check_outputs(s, [A, B, C], _mm)
     assert machine_of("c -march=haswell -threads=3").threads == 3
 
 
