@@ -651,12 +651,16 @@ def main(argv=None) -> int:
     print(f"CPU: {cpu_model()}{held}; threads per system: {opts.threads}; {opts.rounds} "
           f"shuffled round(s) of {len(jobs)} measurements, each in a fresh process; "
           f"{opts.clock} clock", flush=True)
+    from looptune.search.coreload import StealMeter, steal_note
+    steal = StealMeter()
     results = measure(jobs, opts)
+    stolen = steal.share()
     print(table(results, opts.workloads, skipped, bool(opts.log), opts.halide, no_record))
     print("\n(ms: median over rounds of each process's median per call; a looptune or Halide "
           "cell names the fastest variant when there are several)")
     for line in skip_notes(skipped, opts.halide, no_record):
         print(line)
+    print(steal_note(stolen))
     floors = machine_floors(opts) if opts.floors else None
     if floors is not None:
         peers, mine = columns(opts.halide, bool(opts.log))
@@ -670,7 +674,7 @@ def main(argv=None) -> int:
     if opts.json:
         Path(opts.json).write_text(json.dumps({
             "cpu": cpu_model(), "isa": opts.isa, "threads": opts.threads,
-            "rounds": opts.rounds,
+            "rounds": opts.rounds, "steal": stolen,
             "skipped": skipped, "halide": list(opts.halide), "no_record": no_record,
             "floors": floors,
             "results": [{"workload": j.workload, "system": j.system, "variant": j.variant,

@@ -90,3 +90,48 @@ class LoadMeter:
     def average(self) -> float | None:
         """The foreign cores over whatever was sampled, however short (None: nothing)."""
         return sum(f for f, _ in self._samples) / self._wall if self._wall > 0 else None
+
+
+def cpu_ticks(path: str = _STAT) -> tuple[int, int] | None:
+    """(steal, all) clock ticks since boot, summed over the cores: the time a hypervisor gave
+    this guest's virtual CPUs to other guests, and all the time the cores counted (None
+    without a readable ``/proc/stat``, or where it has no steal field)."""
+    try:
+        with open(path) as f:
+            fields = f.readline().split()
+        values = [int(x) for x in fields[1:9]]
+    except (OSError, ValueError):
+        return None
+    if fields[:1] != ["cpu"] or len(values) < 8:
+        return None
+    return values[7], sum(values)
+
+
+class StealMeter:
+    """The share of the virtual CPUs' time the hypervisor gave to other guests over a stretch
+    of time (``StealMeter()`` starts it; :meth:`share` reads it, None without ``/proc/stat``
+    or before a clock tick has passed). A benchmark timed while it is high was timed on a
+    host that other guests loaded: on the 2-core VM of 2026-12-02 (Ice Lake), 10-38% of
+    every second was stolen during a tune, and the same kernel's timings moved by 2x from
+    one round to the next. Benchmarks print it beside their figures."""
+
+    def __init__(self, path: str = _STAT):
+        self.path = path
+        self.start = cpu_ticks(path)
+
+    def share(self) -> float | None:
+        now = cpu_ticks(self.path)
+        if now is None or self.start is None or now[1] <= self.start[1]:
+            return None
+        return (now[0] - self.start[0]) / (now[1] - self.start[1])
+
+
+def steal_note(share: float | None) -> str:
+    """One line for a benchmark's output: the steal share, and what it means when high."""
+    if share is None:
+        return "hypervisor steal: not measured (no /proc/stat steal field)"
+    line = f"hypervisor steal: {share:.1%} of the CPUs' time while measuring"
+    if share >= 0.02:
+        line += (" (other guests of this host took CPU time from this VM: its timings "
+                 "carry that noise; compare figures from quieter runs)")
+    return line

@@ -306,5 +306,6 @@ def test_main_prints_a_verdict_per_workload_and_no_floors_skips_them(monkeypatch
     out = capsys.readouterr().out
     assert asked == [["softmax", "layernorm"]]
     assert "- softmax: 2.00x numpy: goal met\n- layernorm: 2.00x numpy: goal met" in out
+    assert "hypervisor steal: " in out          # the host's share of the run, beside the table
     assert peers.main(["--quick", "--only", "softmax", "--rounds", "1", "--no-floors"]) == 0
     assert len(asked) == 1 and "goal met" not in capsys.readouterr().out

@@ -16,7 +16,8 @@ from looptune.errors import LooptuneError
 from looptune.search import ErrorKind, MeasureOption, Measurer, MeasureResult, create_task
 from looptune.search import coreload
 from looptune.search import measure as measure_mod
-from looptune.search.coreload import ForeignProbe, LoadMeter, busy_seconds
+from looptune.search.coreload import (ForeignProbe, LoadMeter, StealMeter, busy_seconds,
+                                      cpu_ticks, steal_note)
 
 LINUX = os.path.exists("/proc/stat")
 
@@ -40,6 +41,24 @@ def test_busy_seconds_is_none_for_what_it_cannot_read(tmp_path, text):
     p.write_text(text)
     assert busy_seconds(str(p)) is None
     assert busy_seconds(str(tmp_path / "missing")) is None
+
+
+def test_the_steal_meter_reads_the_hypervisors_share_of_the_interval(tmp_path):
+    """StealMeter: steal ticks over all ticks between its start and the reading (what
+    benchmarks print beside their figures); None without a steal field or before a tick."""
+    p = tmp_path / "stat"
+    _stat(p, user=100, steal=10, idle=890)              # 1007 ticks, 10 stolen
+    assert cpu_ticks(str(p)) == (10, 100 + 890 + 7 + 10)
+    meter = StealMeter(str(p))
+    assert meter.share() is None                        # no tick has passed
+    _stat(p, user=150, steal=40, idle=910)              # +50 user, +30 steal, +20 idle
+    assert meter.share() == pytest.approx(30 / 100)
+    assert "30.0%" in steal_note(meter.share()) and "other guests" in steal_note(0.3)
+    assert "other guests" not in steal_note(0.001)
+    assert "not measured" in steal_note(None)
+    p.write_text("cpu 1 2 3\n")
+    assert cpu_ticks(str(p)) is None and StealMeter(str(p)).share() is None
+    assert StealMeter(str(tmp_path / "missing")).share() is None
 
 
 def test_the_probe_subtracts_this_process_cpu_time(tmp_path):
