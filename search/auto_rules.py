@@ -20,8 +20,8 @@ from ..lang.visitor import ExprVisitor, collect_loads, collect_vars
 from ..schedule.attach import Attach
 from ..schedule.loop_steps import STREAM_DTYPES
 
-ACCUMULATORS = 16      # the unroll budget's unit (UNROLL_VECTORS); a register tile's
-                       # accumulators come from the machine (Machine.accumulators)
+ACCUMULATORS = 16      # vectors of the fallback's register tile (fewer where the machine
+                       # has fewer: Machine.accumulators) and the unroll budget's unit
 OPERAND_REGISTERS = 4  # vector registers a micro-kernel keeps for what it loads per step
 PANEL_VECTORS = 4      # a column panel of the fallback: this many vectors wide
 WORK_PER_THREAD = 4    # parallel iterations per thread the fallback aims for
@@ -438,8 +438,9 @@ def plan_tiles(op, machine: Machine) -> TilePlan:
     as the fallback: batch_matmul and conv2d_nchwc 13% faster, conv2d (NCHW) 19% and
     matmul_relu 7% slower, so it is a choice for the tuner, not the first. The tile is two
     vectors along the vector loop (one where it is short), rows along the loop that the
-    vector operand does not read, so that each vector loaded is reused by every row; the parallel loop gets ``WORK_PER_THREAD`` iterations per thread,
-    from column panels first, then from the outer rows."""
+    vector operand does not read, so that each vector loaded is reused by every row; the
+    parallel loop gets ``WORK_PER_THREAD`` iterations per thread, from column panels first,
+    then from the outer rows."""
     L = machine.lanes(op.output.dtype)
     tiled = long_axes(op)
     v = tiled[-1]
