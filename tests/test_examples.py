@@ -2,11 +2,13 @@
 exact against the numpy reference on small odd sizes (the defaults are benchmark sizes)."""
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import looptune as lt
 import numpy as np
 import pytest
+from looptune.backends.compiler import flags_for, predefined_macros
 from looptune.operators import load_operators
 from looptune.report import make_arrays
 from looptune.search.space import FallbackConfig
@@ -137,10 +139,8 @@ def test_matmul_micro_kernel_keeps_its_accumulators_in_registers(march, kc):
     and of AVX2 (6 x 16), 1024^3 with fixed blockings (the host's caches would change them):
     the basic block with the most FMAs (the guarded tails of partial tiles may use memory)
     has 2 * mr FMAs a step of k, none reading or writing the stack (a spilled accumulator
-    would). gcc keeps a tile of 15 of 16 ymm registers fragilely: at 256^3 with nc = 128 it
+    would). gcc keeps a tile that needs 15 of the 16 ymm registers fragilely: at 256^3 with nc = 128 it
     kept half the AVX2 tile in memory (not covered here; see Target.gemm_tile)."""
-    import subprocess
-    from looptune.backends.compiler import flags_for, predefined_macros
     try:
         predefined_macros("gcc", march)
     except lt.BuildError:
