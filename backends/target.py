@@ -145,7 +145,7 @@ class Target:
         there). For hand schedules of matmuls. The former cap of 8 rows (a 16-accumulator
         8 x 32 tile) left the micro-kernel loading 10 operands per 16 FMAs: 1024^3 sgemm on one
         Ice Lake core (2-core Xeon VM, model 106) 17.05 -> 15.47 ms (median of 20 interleaved
-        blocks; 12 rows 15.70), as fast as torch's MKL (15.2 min) there."""
+        blocks; 12 rows 15.70); torch's MKL ran 13.0-15.2 ms in the same minutes."""
         rows = max(1, (self.vector_registers() - 4) // 2)
         return rows, 2 * self.vector_lanes(dtype)
 

@@ -112,7 +112,7 @@ class StealMeter:
     of time (``StealMeter()`` starts it; :meth:`share` reads it, None without ``/proc/stat``
     or before a clock tick has passed). A benchmark timed while it is high was timed on a
     host that other guests loaded: on the 2-core VM of 2026-12-02 (Ice Lake), 10-38% of
-    every second was stolen during a tune, and the same kernel's timings moved by 2x from
+    some seconds was stolen during a tune, and the same kernel's timings moved by 2x from
     one round to the next. Benchmarks print it beside their figures."""
 
     def __init__(self, path: str = _STAT):

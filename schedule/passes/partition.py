@@ -9,10 +9,10 @@
                                                     C[io*4 + ii] = 0.0f
 
 The candidates are ``min(c, e)``/``max(c, e)`` with ``c`` constant and guards ``if cond``, in
-the variables of the loops and lets around them only, outside prefetch addresses. Both branches hold a copy of the body,
-its lets included (the same Vars: they are in different scopes). A target may keep some bodies
-whole (``region_hook``): a GPU target's work-group regions, whose barriers every work-item must
-reach, are never duplicated.
+the variables of the loops and lets around them only, outside prefetch addresses. Both
+branches hold a copy of the body, its lets included (the same Vars: they are in different
+scopes). A target may keep some bodies whole (``region_hook``): a GPU target's work-group
+regions, whose barriers every work-item must reach, are never duplicated.
 """
 from __future__ import annotations
 
