@@ -107,11 +107,11 @@ def main() -> None:
     unknown = [n for n in names if n not in every]
     if unknown:
         ap.error(f"unknown operators {unknown}; the examples define {sorted(every)}")
-    tuning = StealMeter()
+    steal = StealMeter()
     tuned = _tune({n: every[n] for n in names}, _sizes(a.args), a)
-    tuning = tuning.share()
+    tuning_steal = steal.share()
     time.sleep(2)                                # the tuning's worker processes are gone
-    timing = StealMeter()
+    steal = StealMeter()
     rows = [("operator", "sizes", "trials", "tune s", "auto ms", "fallback ms", "hand ms",
              "numpy ms", "auto GFLOP/s", "auto/hand", "auto/numpy")]
     for name, (args, s, tensors, tune_s) in tuned.items():
@@ -120,8 +120,8 @@ def main() -> None:
     print("\n".join("  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in rows))
     print(f"(medians of {a.rounds} interleaved rounds, ± half the range; auto/hand and "
           "auto/numpy are speedups of the auto schedule: > 1 is faster)")
-    print(f"tuning: {steal_note(tuning)}")
-    print(f"timing: {steal_note(timing.share())}")
+    print(f"tuning: {steal_note(tuning_steal)}")
+    print(f"timing: {steal_note(steal.share())}")
 
 
 if __name__ == "__main__":

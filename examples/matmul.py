@@ -16,7 +16,8 @@ Target.vector_lanes``) with ``mr`` from the register count (``Target.vector_regi
 on AVX2 (16 ymm; 8 x 16 spilled: 37.5 vs 23.9 ms for 1024^3, one thread, -march=haswell on a
 Zen 4). With AVX-512 the tile had 8 rows until 2026-12-02: 16 accumulators, 10 loads per 16
 FMAs; 14 rows (28 accumulators, 16 loads per 28 FMAs): 17.05 -> 15.47 ms for 1024^3 on one
-Ice Lake core (2-core Xeon VM, model 106; median of 20 interleaved blocks; torch 13.0-15.2). ``kc`` keeps an A and a B micro-panel within a quarter of L2 (``Target.cache_bytes``),
+Ice Lake core (2-core Xeon VM, model 106; median of 20 interleaved blocks; torch 13.0-15.2).
+``kc`` keeps an A and a B micro-panel within a quarter of L2 (``Target.cache_bytes``),
 ``mc`` an A block (mc x kc) within a quarter of L2; nc splits the columns among the threads.
 With 1 MiB of L2, kc = K up to 1638: at 1024^3 one K block measured fastest (kc 1024: 21.6 ms,
 512: 22.8, 256: 24.9 on one Zen 4 core, CPU time), K blocks start for larger K or smaller L2.

@@ -28,20 +28,27 @@ except (AttributeError, ValueError, OSError):
     _HZ = 100.0
 
 
-def busy_seconds(path: str = _STAT) -> float | None:
-    """CPU seconds all processes have used since boot, summed over the cores (None without a
-    readable ``/proc/stat``)."""
+def _cpu_line(path: str) -> list[int] | None:
+    """The first eight fields of ``/proc/stat``'s "cpu" line in clock ticks summed over the
+    cores (user, nice, system, idle, iowait, irq, softirq, steal), or None where it cannot be
+    read."""
     try:
         with open(path) as f:
             fields = f.readline().split()
-    except OSError:
+        if len(fields) < 9 or fields[0] != "cpu":
+            return None
+        return [int(x) for x in fields[1:9]]
+    except (OSError, ValueError):
         return None
-    if len(fields) < 9 or fields[0] != "cpu":
+
+
+def busy_seconds(path: str = _STAT) -> float | None:
+    """CPU seconds all processes have used since boot, summed over the cores (None without a
+    readable ``/proc/stat``)."""
+    ticks = _cpu_line(path)
+    if ticks is None:
         return None
-    try:
-        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[1:9])
-    except ValueError:
-        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = ticks
     return (user + nice + system + irq + softirq + steal) / _HZ
 
 
@@ -96,15 +103,8 @@ def cpu_ticks(path: str = _STAT) -> tuple[int, int] | None:
     """(steal, all) clock ticks since boot, summed over the cores: the time a hypervisor gave
     this guest's virtual CPUs to other guests, and all the time the cores counted (None
     without a readable ``/proc/stat``, or where it has no steal field)."""
-    try:
-        with open(path) as f:
-            fields = f.readline().split()
-        values = [int(x) for x in fields[1:9]]
-    except (OSError, ValueError):
-        return None
-    if fields[:1] != ["cpu"] or len(values) < 8:
-        return None
-    return values[7], sum(values)
+    ticks = _cpu_line(path)
+    return None if ticks is None else (ticks[7], sum(ticks))
 
 
 class StealMeter:

@@ -139,8 +139,8 @@ def test_matmul_micro_kernel_keeps_its_accumulators_in_registers(march, kc):
     and of AVX2 (6 x 16), 1024^3 with fixed blockings (the host's caches would change them):
     the basic block with the most FMAs (the guarded tails of partial tiles may use memory)
     has 2 * mr FMAs a step of k, none reading or writing the stack (a spilled accumulator
-    would). gcc keeps a tile that needs 15 of the 16 ymm registers fragilely: at 256^3 with nc = 128 it
-    kept half the AVX2 tile in memory (not covered here; see Target.gemm_tile)."""
+    would). gcc keeps a tile that needs 15 of the 16 ymm registers fragilely: at 256^3 with
+    nc = 128 it kept half the AVX2 tile in memory (not covered here)."""
     try:
         predefined_macros("gcc", march)
     except lt.BuildError:
@@ -155,7 +155,6 @@ def test_matmul_micro_kernel_keeps_its_accumulators_in_registers(march, kc):
     asm = subprocess.run(["gcc", *flags_for(t.options, parallel=True), "-S", "-o", "-", "-x",
                           "c", "-"], input=src, capture_output=True, text=True,
                          check=True).stdout
-    b = {"mr": mr}
     blocks, block = [], []
     for ln in asm.splitlines():
         if ln.startswith(".L") or "\tj" in ln:       # a label or a jump ends a block
@@ -164,7 +163,7 @@ def test_matmul_micro_kernel_keeps_its_accumulators_in_registers(march, kc):
         elif "vfmadd" in ln:
             block.append(ln)
     fmas = max(blocks + [block], key=len)
-    assert len(fmas) >= 2 * b["mr"]
+    assert len(fmas) >= 2 * mr
     assert not [ln for ln in fmas if "(%rsp)" in ln or "(%rbp)" in ln]
 
 
