@@ -1,14 +1,27 @@
 """Two-stage 3x3 box blur (Halide's classic): blur_x over rows, then blur_y over columns.
 
-Hand schedule: blur_y is cut into 2-D tiles of ``TILE_ROWS`` x ``TILE_COLS`` (16 x 32), the
+Hand schedule: blur_y is cut into 2-D tiles of ``TILE_ROWS`` x ``TILE_COLS`` (4 x 32), the
 tiles fused into one parallel loop, each tile's rows vectorized, and blur_x is computed per
-tile into an 18 x 32 buffer (2.3 KiB, in L1) that the tile's 16 output rows read. The input
-is read from memory about once and nothing is written but the output. Against blur_x
-inlined into 8 x 64 tiles (the former hand schedule: each output point recomputing the three
-blur_x values it reads, four exact divisions per point instead of 2.1): 4.82 -> 4.47 ms at
-4096^2, 2 threads, in one process, 20 interleaved blocks of 5 calls, 2-core Intel Xeon VM
-(model 167, AVX-512, 512-bit vectors); 16 x 64 4.53, 8 x 64 4.77, 24 x 64 4.79. Streaming
-stores do not pay with tiles this narrow (each row of a tile is 2 cache lines).
+tile into a 6 x 32 buffer (768 bytes, in L1) that the tile's 4 output rows read. The input
+is read from memory about once and nothing is written but the output.
+
+Why 4 rows: a tile reads rows + 2 input rows and writes rows output rows, each a short run of
+2 cache lines, so the rows of a tile are as many memory streams at once; the hardware
+prefetchers follow only so many. On a 2-core AMD EPYC VM (Zen 3, family 25 model 1, AVX2,
+32 KiB L1d, 512 KiB L2 per core), 4096^2, 2 threads, in one process, 5 interleaved rounds:
+16 x 32 tiles (the hand schedule until 2026-12-02) 25.2 ms, 8 x 32 12.1, 6 x 32 12.7,
+**4 x 32 9.3**, 4 x 64 9.7, 4 x 256 14.0, 16 x 512 12.5; blur_x inlined into whole rows:
+4 rows 9.4, 8 rows streamed 8.9 (the machine's y = 2x floor: 8.2 ms). The same 16 x 32 tiles
+with W = 4000 ran as slowly (26.1 ms): not cache-set aliasing of the 16 KiB row stride. On
+Intel Xeons (below) 16 rows measured best, so 16 rows and whole-row tiles stay in the
+template (``rows_scale`` 4, ``tile_x`` = W) for `looptune tune` to pick on such a machine.
+
+Measured on a 2-core Intel Xeon VM (model 167, AVX-512, 512-bit vectors) with 16-row tiles,
+against blur_x inlined into 8 x 64 tiles (each output point recomputing the three blur_x
+values it reads, four exact divisions per point instead of 2.1): 4.82 -> 4.47 ms at 4096^2,
+2 threads, in one process, 20 interleaved blocks of 5 calls; 16 x 64 4.53, 8 x 64 4.77,
+24 x 64 4.79. Streaming stores do not pay with tiles this narrow (each row of a tile is 2
+cache lines).
 
 The inlined 8 x 64 tiles, measured on Emerald Rapids before the backend used 512-bit vectors:
 2 threads, A/B interleaved in one process (median of 30-60 calls), 2-core Emerald
@@ -64,7 +77,7 @@ def _strips(H, W, dtype, rows, stream=False):
     return s, inp, bx, by, yo
 
 
-TILE_ROWS, TILE_COLS = 16, 32     # the hand schedule's tile of blur_y (see the module doc)
+TILE_ROWS, TILE_COLS = 4, 32     # the hand schedule's tile of blur_y (see the module doc)
 
 
 def _tiles(H, W, dtype, rows, cols, stream=False):
@@ -98,8 +111,8 @@ def template(cfg, H: int, W: int, dtype: str = "float32"):
     half-L2-sized strip), the tile width and streaming stores for the output; the fallback
     config (first value of each knob) is the hand schedule."""
     cfg.define_knob("blur_x_at", ["tile", "inline", "strip", "root"])
-    cfg.define_knob("rows_scale", [1, 0.5, 2, 0.25])
-    cfg.define_knob("tile_x", list(dict.fromkeys([TILE_COLS, 64, 256, 512])))
+    cfg.define_knob("rows_scale", [1, 0.5, 2, 4, 0.25])
+    cfg.define_knob("tile_x", list(dict.fromkeys([TILE_COLS, 64, 256, 512, W])))
     cfg.define_knob("stream", [False, True])
     where, stream = cfg["blur_x_at"].val, cfg["stream"].val
     if where in ("inline", "tile"):

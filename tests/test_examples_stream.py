@@ -42,9 +42,9 @@ def test_stream_knob_both_choices_exact(name):
                                    atol=2e-4)
 
 
-def test_blur_hand_schedule_computes_blur_x_per_parallel_16_by_32_tile_unstreamed():
-    """The hand schedule (and the template's fallback): blur_y in 16 x 32 tiles fused into one
-    parallel loop, vectorized, not streamed; blur_x computed per tile (18 x 32), vectorized,
+def test_blur_hand_schedule_computes_blur_x_per_parallel_4_by_32_tile_unstreamed():
+    """The hand schedule (and the template's fallback): blur_y in 4 x 32 tiles fused into one
+    parallel loop, vectorized, not streamed; blur_x computed per tile (6 x 32), vectorized,
     at every size."""
     from looptune.examples import blur
     for H, W in ((11, 37), (4096, 4096)):
@@ -53,7 +53,7 @@ def test_blur_hand_schedule_computes_blur_x_per_parallel_16_by_32_tile_unstreame
         assert " streamed:" not in text
         assert "allocate blur_x[float32 * " in text
         assert [str(x) for x in s.steps] == [
-            "s[blur_y].split(s[blur_y].loop('y'), factor=16)",
+            "s[blur_y].split(s[blur_y].loop('y'), factor=4)",
             "s[blur_y].split(s[blur_y].loop('x'), factor=32)",
             "s[blur_y].reorder(s[blur_y].loop('y.outer'), s[blur_y].loop('x.outer'), "
             "s[blur_y].loop('y.inner'), s[blur_y].loop('x.inner'))",
@@ -65,7 +65,29 @@ def test_blur_hand_schedule_computes_blur_x_per_parallel_16_by_32_tile_unstreame
         fallback, _ = blur.template.func(FallbackConfig(), H, W)
         assert [str(x) for x in fallback.steps] == [str(x) for x in s.steps]
     s, tensors = blur.hand_schedule(4096, 4096)
-    assert "allocate blur_x[float32 * 18, 32]" in str(lt.lower(s, tensors))
+    assert "allocate blur_x[float32 * 6, 32]" in str(lt.lower(s, tensors))
+
+
+def test_blur_template_keeps_16_row_and_whole_row_tiles():
+    """The 16-row tiles (fastest measured on Intel Xeons) and tiles of whole rows stay knob
+    values beside the 4-row default, so a tune can pick them; both exact."""
+    from looptune.examples import blur
+    H, W = 37, 301
+    task = lt.search.create_task("blur", (H, W))
+    knobs = task.config_space.knobs
+    assert 16 in [blur.TILE_ROWS * v for v in knobs["rows_scale"].values]
+    assert W in knobs["tile_x"].values
+    op = OPS["blur"]
+    for rows_scale, tile_x in ((4, 32), (1, W), (4, W)):
+        s, tensors = task.instantiate(_pick(task.config_space, {
+            "blur_x_at": "tile", "rows_scale": rows_scale, "tile_x": tile_x}))
+        rows = blur.TILE_ROWS * rows_scale
+        assert f"allocate blur_x[float32 * {rows + 2}, {tile_x}]" in str(lt.lower(s, tensors))
+        inputs, outs, call_args = make_arrays(tensors, 3)
+        outs[0].fill(np.nan)
+        lt.build(s, tensors)(*call_args)
+        np.testing.assert_allclose(outs[0], op.reference_for((H, W))(*inputs), rtol=2e-4,
+                                   atol=2e-4)
 
 
 def test_blur_strips_hold_half_of_l2():
