@@ -18,7 +18,13 @@ Zen 4). With AVX-512 the tile had 8 rows until 2026-12-02: 16 accumulators, 10 l
 FMAs; 14 rows (28 accumulators, 16 loads per 28 FMAs): 17.05 -> 15.47 ms for 1024^3 on one
 Ice Lake core (2-core Xeon VM, model 106; median of 20 interleaved blocks; torch 13.0-15.2).
 ``kc`` keeps an A and a B micro-panel within a quarter of L2 (``Target.cache_bytes``),
-``mc`` an A block (mc x kc) within a quarter of L2; nc splits the columns among the threads.
+``mc`` an A block (mc x kc) within a quarter of L2; nc splits the columns among the threads,
+in equal blocks whose packed B (kc x nc) stays within a sixteenth of L3 (``B_BLOCK_L3_SHARE``):
+a VM's L3 is shared with the host's other cores, and every A block streams the whole B
+block from it. On a 2-core Zen 3 VM (AMD EPYC, family 25 model 1, AVX2, 32 MiB L3 reported),
+one thread, median of 5 interleaved rounds: 1024^3 with nc = 1024 (a 4 MiB B block, the
+rule until 2026-12-02) 62.7-65.5 ms, nc = 512 (2 MiB) 37.3-37.9; 2048^3 nc = 2048 (8 MiB)
+394 ms, 1024 307, 512 306. Two threads at 1024^3 already had 512 columns each.
 With 1 MiB of L2, kc = K up to 1638: at 1024^3 one K block measured fastest (kc 1024: 21.6 ms,
 512: 22.8, 256: 24.9 on one Zen 4 core, CPU time), K blocks start for larger K or smaller L2.
 Full tiles get constant extents (tails are guarded), so the kernel is exact for any size.
@@ -79,6 +85,7 @@ def packed_algorithm(N: int, M: int, K: int, mr: int, nr: int, kc: int,
 
 
 PREFETCH_BYTES = 2048   # how far ahead the micro-kernel asks for its B panel (see the doc)
+B_BLOCK_L3_SHARE = 16   # a packed B block (kc x nc) within 1/16 of L3 (see the doc)
 
 
 def blocking(N: int, M: int, K: int, dtype: str = "float32", target: str = "c") -> dict:
@@ -91,7 +98,10 @@ def blocking(N: int, M: int, K: int, dtype: str = "float32", target: str = "c") 
     kmax = max(8, l2 // 4 // (item * (mr + nr)))
     kc = _ceil(K, _ceil(K, kmax))            # equal blocks of at most kmax
     mc = max(mr, l2 // 4 // (item * kc) // mr * mr)
-    nc = max(nr, _ceil(_ceil(M, t.threads()), nr) * nr)
+    per_thread = max(nr, _ceil(_ceil(M, t.threads()), nr) * nr)
+    nc_max = max(nr, t.cache_bytes(3) // B_BLOCK_L3_SHARE // (item * kc) // nr * nr)
+    blocks = _ceil(per_thread, nc_max)        # equal column blocks of at most nc_max
+    nc = _ceil(_ceil(per_thread, blocks), nr) * nr
     prefetch = max(4, PREFETCH_BYTES // (nr * item))
     return {"mr": mr, "nr": nr, "kc": kc, "mc": min(mc, _ceil(N, mr) * mr), "nc": nc,
             "prefetch": min(prefetch, kc)}
@@ -139,7 +149,7 @@ def template(cfg, N: int, M: int, K: int, dtype: str = "float32"):
     cfg.define_knob("mr", list(dict.fromkeys([b["mr"], 8, 12, 6, 4])))   # 6 first on AVX2
     cfg.define_knob("kc_scale", [1, 0.5, 0.25, 2])
     cfg.define_knob("mc_scale", [1, 0.5, 2, 4])
-    cfg.define_knob("nc_scale", [1, 0.5, 0.25])
+    cfg.define_knob("nc_scale", [1, 0.5, 0.25, 2])
     cfg.define_knob("prefetch_scale", [1, 0, 0.5, 2])
     mr = cfg["mr"].val
     kc = max(min(8, K), min(K, int(b["kc"] * cfg["kc_scale"].val)))
