@@ -145,7 +145,8 @@ def test_matmul_blocking_keeps_b_blocks_within_a_share_of_l3(threads, M):
     assert b["nc"] % b["nr"] == 0
     assert b["kc"] * b["nc"] * 4 <= max(t.cache_bytes(3) // mm.B_BLOCK_L3_SHARE,
                                         b["kc"] * b["nr"] * 4)
-    per_thread = -(-(-(-M // threads)) // b["nr"]) * b["nr"]
+    columns = -(-M // threads)                                # each thread's share
+    per_thread = -(-columns // b["nr"]) * b["nr"]
     blocks = -(-per_thread // b["nc"])
     assert blocks * b["nc"] - per_thread < blocks * b["nr"]       # equal blocks, no thin tail
     if t.cache_bytes(3) // mm.B_BLOCK_L3_SHARE >= b["kc"] * per_thread * 4:
