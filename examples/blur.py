@@ -6,9 +6,9 @@ tile into a 6 x 32 buffer (768 bytes, in L1) that the tile's 4 output rows read.
 is read from memory about once and nothing is written but the output.
 
 Why 4 rows: a tile reads rows + 2 input rows and writes rows output rows, each a short run of
-2 cache lines, so the rows of a tile are as many memory streams at once; the hardware
-prefetchers follow only so many. On a 2-core AMD EPYC VM (Zen 3, family 25 model 1, AVX2,
-32 KiB L1d, 512 KiB L2 per core), 4096^2, 2 threads, in one process, 5 interleaved rounds:
+2 cache lines, so the rows of a tile are as many memory streams at once; our reading (not
+measured with counters) is that the hardware prefetchers follow only so many. On a 2-core
+AMD EPYC VM (Zen 3, family 25 model 1, AVX2, 32 KiB L1d, 512 KiB L2 per core), 4096^2, 2 threads, in one process, 5 interleaved rounds:
 16 x 32 tiles (the hand schedule until 2026-12-02) 25.2 ms, 8 x 32 12.1, 6 x 32 12.7,
 **4 x 32 9.3**, 4 x 64 9.7, 4 x 256 14.0, 16 x 512 12.5; blur_x inlined into whole rows:
 4 rows 9.4, 8 rows streamed 8.9 (the machine's y = 2x floor: 8.2 ms). The same 16 x 32 tiles

@@ -20,8 +20,9 @@ Ice Lake core (2-core Xeon VM, model 106; median of 20 interleaved blocks; torch
 ``kc`` keeps an A and a B micro-panel within a quarter of L2 (``Target.cache_bytes``),
 ``mc`` an A block (mc x kc) within a quarter of L2; nc splits the columns among the threads,
 in equal blocks whose packed B (kc x nc) stays within a sixteenth of L3 (``B_BLOCK_L3_SHARE``):
-a VM's L3 is shared with the host's other cores, and every A block streams the whole B
-block from it. On a 2-core Zen 3 VM (AMD EPYC, family 25 model 1, AVX2, 32 MiB L3 reported),
+every A block streams the whole B block from L3, and a VM shares its L3 with the host's
+other cores (our reading of the figures below; 2 MiB pages for the buffers did not change
+them, so not the TLB). On a 2-core Zen 3 VM (AMD EPYC, family 25 model 1, AVX2, 32 MiB L3 reported),
 one thread, median of 5 interleaved rounds: 1024^3 with nc = 1024 (a 4 MiB B block, the
 rule until 2026-12-02) 62.7-65.5 ms, nc = 512 (2 MiB) 37.3-37.9; 2048^3 nc = 2048 (8 MiB)
 394 ms, 1024 307, 512 306. Two threads at 1024^3 already had 512 columns each.
