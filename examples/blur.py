@@ -5,16 +5,17 @@ tiles fused into one parallel loop, each tile's rows vectorized, and blur_x is c
 tile into a 6 x 32 buffer (768 bytes, in L1) that the tile's 4 output rows read. The input
 is read from memory about once and nothing is written but the output.
 
-Why 4 rows: a tile reads rows + 2 input rows and writes rows output rows, each a short run of
-2 cache lines, so the rows of a tile are as many memory streams at once; our reading (not
+Why 4 rows: a tile reads rows + 2 input rows and writes rows output rows, each a short run
+of 2 cache lines, so the rows of a tile are as many memory streams at once; our reading (not
 measured with counters) is that the hardware prefetchers follow only so many. On a 2-core
-AMD EPYC VM (Zen 3, family 25 model 1, AVX2, 32 KiB L1d, 512 KiB L2 per core), 4096^2, 2 threads, in one process, 5 interleaved rounds:
-16 x 32 tiles (the hand schedule until 2026-12-02) 25.2 ms, 8 x 32 12.1, 6 x 32 12.7,
-**4 x 32 9.3**, 4 x 64 9.7, 4 x 256 14.0, 16 x 512 12.5; blur_x inlined into whole rows:
-4 rows 9.4, 8 rows streamed 8.9 (the machine's y = 2x floor: 8.2 ms). The same 16 x 32 tiles
-with W = 4000 ran as slowly (26.1 ms): not cache-set aliasing of the 16 KiB row stride. On
-Intel Xeons (below) 16 rows measured best, so 16 rows and whole-row tiles stay in the
-template (``rows_scale`` 4, ``tile_x`` = W) for `looptune tune` to pick on such a machine.
+AMD EPYC VM (Zen 3, family 25 model 1, AVX2, 32 KiB L1d, 512 KiB L2 per core), 4096^2, 2
+threads, in one process, 5 interleaved rounds: 16 x 32 tiles (the hand schedule until
+2026-12-02) 25.2 ms, 8 x 32 12.1, 6 x 32 12.7, **4 x 32 9.3**, 4 x 64 9.7, 4 x 256 14.0, 16
+x 512 12.5; blur_x inlined into whole rows: 4 rows 9.4, 8 rows streamed 8.9 (the machine's y
+= 2x floor: 8.2 ms). The same 16 x 32 tiles with W = 4000 ran as slowly (26.1 ms): not
+cache-set aliasing of the 16 KiB row stride. On Intel Xeons (below) 16 rows measured best,
+so 16 rows and whole-row tiles stay in the template (``rows_scale`` 4, ``tile_x`` = W) for
+`looptune tune` to pick on such a machine.
 
 Measured on a 2-core Intel Xeon VM (model 167, AVX-512, 512-bit vectors) with 16-row tiles,
 against blur_x inlined into 8 x 64 tiles (each output point recomputing the three blur_x
