@@ -150,12 +150,18 @@ class Target:
         return rows, 2 * self.vector_lanes(dtype)
 
     def threads(self) -> int:
-        """How many threads a parallel loop of this target runs on: ``-threads=N``, else the
-        CPUs this process may use. For schedules that split work among the threads."""
+        """How many threads a parallel loop of this target runs on: ``-threads=N``, else
+        ``$OMP_NUM_THREADS`` (its first level, as the OpenMP runtime reads it, e.g. ``4`` of
+        ``4,2``) when it is a positive integer, else the CPUs this process may use. For
+        schedules that split work among the threads: a schedule that splits rows in two
+        while OpenMP runs one thread would leave half the work serial."""
         n = int(self.options.get("threads", 0) or 0)
         if n:
             return n
         import os
+        env = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+        if env.isdigit() and int(env) > 0:
+            return int(env)
         return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
             (os.cpu_count() or 1)
 

@@ -80,9 +80,10 @@ class Machine:
 
 def machine_of(target) -> Machine:
     """The machine the C target compiles for (vector width by ``-march``; threads by
-    ``-threads`` or the CPUs this process may use; the cache an output must outgrow to be
-    streamed: this host's last-level cache, or twice the threads' L2s where that is less, as
-    examples/blur.py measures (a VM may report a whole socket's L3, shared with others))."""
+    ``Target.threads``: ``-threads``, else ``$OMP_NUM_THREADS``, else the CPUs this process may
+    use; the cache an output must outgrow to be streamed: this host's last-level cache, or
+    twice the threads' L2s where that is less, as examples/blur.py measures (a VM may report a
+    whole socket's L3, shared with others))."""
     tgt = Target.parse(target)
     threads = tgt.threads()
     if tgt.kind != "c":

@@ -44,7 +44,22 @@ def test_cache_bytes_rejects_other_levels():
         lt.Target.parse("c").cache_bytes(4)
 
 
-def test_threads_are_the_targets_option_else_the_cpus_this_process_may_use():
+def test_threads_are_the_targets_option_else_the_cpus_this_process_may_use(monkeypatch):
     import os
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     assert lt.Target.parse("c -threads=3").threads() == 3
     assert lt.Target.parse("c").threads() == len(os.sched_getaffinity(0))
+
+
+@pytest.mark.parametrize("env, want", [("3", 3), ("5,2", 5), (" 7 ", 7), ("0", None),
+                                       ("many", None), ("", None)])
+def test_threads_follow_omp_num_threads_as_the_openmp_runtime_does(monkeypatch, env, want):
+    # OpenMP runs a parallel loop on $OMP_NUM_THREADS threads (the first level of a list);
+    # a schedule sized for the CPUs instead would split work for threads that do not run.
+    # A value OpenMP would not take falls back to the CPUs; -threads= wins over the variable.
+    import os
+    monkeypatch.setenv("OMP_NUM_THREADS", env)
+    assert lt.Target.parse("c").threads() == (want or len(os.sched_getaffinity(0)))
+    assert lt.Target.parse("c -threads=2").threads() == 2
+    from looptune.search.auto_rules import machine_of
+    assert machine_of("c").threads == (want or len(os.sched_getaffinity(0)))
