@@ -16,8 +16,9 @@ rules. Op patterns decide (:mod:`.auto_rules`), the CPU rules apply them (:mod:`
   iteration of its tiles
   (knob ``<stage>.at``: ``root``, or ``tile``: only the window the iteration reads, its
   halo computed again by the neighbouring iteration, written while it stays in cache;
-  ``tile`` first where the contraction reads it along its first tiled loop, as a depthwise
-  conv reads its own channel, whose window is then a few channels, not every one);
+  ``tile`` first where the contraction reads it along each tiled loop but the vector
+  loop, as a depthwise conv reads its own channel and rows, whose window is then a few
+  channels, not every one; NCHWc weights, the same for every row tile, at root first);
 - a *contraction* (a reduction whose body multiplies loads, with at least two spatial loops
   longer than 1: matmul, batch matmul, conv2d) gets multi-level tiling, S-R-S-R-S: each tiled
   loop split into parallel, middle and register levels (knobs ``tile<k>``: register tile,
@@ -92,14 +93,14 @@ from .auto_rules import (
     parallel_choices,
     plan_tiles,
     readers_through_inlined,
-    reads_along_first_tile,
+    reads_along_row_tiles,
     row_consumers,
 )
 from .task import Task
 from .template import DagTemplate, find_template, register
 from .tuners import make_tuner, tuner_class
 
-SKETCH_VERSION = 10    # 2: row statistics computed per row of their output
+SKETCH_VERSION = 11    # 2: row statistics computed per row of their output
                       # 3: epilogue chains (contraction -> bias -> activation)
                       # 4: multi-level tiling, packing, the rfactor rule, sized by the machine
                       # 5: knob 'parallel' (small kernels on one thread)
@@ -116,6 +117,10 @@ SKETCH_VERSION = 10    # 2: row statistics computed per row of their output
                       # 10: a fallback register tile within the machine's accumulators
                       #    (registers less 4: 12 with AVX2, where 16 spilled), and a tile
                       #    of all of them (28 with AVX-512) among the row knobs' values
+                      # 11: unpacking epilogues (NCHWc -> NCHW) fused into the tiles; the
+                      #    register tile's vector-operand rows innermost; row tiles that
+                      #    divide the loop (14, 28 of 56); a pack per tile first only
+                      #    where it is read along every row tile
 
 # ---- the DAG ---------------------------------------------------------------------------------
 
@@ -225,7 +230,7 @@ def _plan(s: Schedule, outputs: list[Tensor], gpu: bool, machine: Machine) -> _P
     used: set[str] = set()
     names = {id(st): _knob_prefix(st.name, used) for st in stages}
     epis = {id(st): e for st in stages if is_contraction(st.op)
-            and (e := epilogue(s, st, out_ids)) is not None}
+            and (e := epilogue(s, st, out_ids, splits=not gpu)) is not None}
     chained = [c for e in epis.values() for c in e.chain]
     fused = {id(e.out) for e in epis.values()} | {id(c) for c in chained}
     inlinable = [st for st in stages if id(st.tensor) not in out_ids and not st.op.reduce_axis
@@ -255,7 +260,7 @@ def _define_knobs(cfg, p: _Plan) -> None:
         if id(st) in p.tile_fed:
             r = p.tile_fed[id(st)]
             at = ["tile", "root"] if id(r) not in p.plans or \
-                reads_along_first_tile(r.op, st.op, p.plans[id(r)]) else ["root", "tile"]
+                reads_along_row_tiles(r.op, st.op, p.plans[id(r)]) else ["root", "tile"]
             cfg.define_knob(f"{p.names[id(st)]}.at", at)
     for st in p.stages:
         if id(st) in p.per_row and cpu.row_knobs(cfg, st.op, p.names[id(st)], p.machine,
