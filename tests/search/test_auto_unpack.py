@@ -76,7 +76,7 @@ def test_the_unpacking_output_is_the_contractions_epilogue():
     ("oc[n, k // 16, y, x, y % 16]", 32),     # a split of another axis than the first's
 ])
 def test_other_index_maps_are_not_epilogues(index, channels):
-    tensors, oc, _ = _nchwc_conv(1, 16, 6, 6, 32)
+    _, oc, _ = _nchwc_conv(1, 16, 6, 6, 32)
     body = eval(f"lambda n, k, y, x: {index}", {"oc": oc})
     try:
         bad = lt.compute((1, channels, 6, 6), body, name="bad")
