@@ -156,7 +156,11 @@ def test_conv_rows_are_the_channels_the_input_vector_is_reused_by():
         data[n, rc, y + ry, x + rx] * weight[k, rc, ry, rx], axis=[rc, ry, rx]), name="out")
     task = auto_task([data, weight, out])
     sp = task.config_space
-    assert sp.knobs["out.tile1"].values[0] > 1 and sp.knobs["out.tile2"].values[0] == 1
+    # rows: the channels that reuse each input vector; the 35 columns' tile is one vector
+    # (two would waste more lanes, with 16, 8 or 4 of them), so the second vector comes from
+    # the next input row: 2 rows
+    assert sp.knobs["out.tile1"].values[0] > 1 and sp.knobs["out.tile2"].values[0] == 2
+    assert sp.knobs["out.tile3"].values[0] == L
     assert "out.pack" not in sp.knobs or sp.knobs["out.pack"].values[0] == "none"
 
     def want(d, w):

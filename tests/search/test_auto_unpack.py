@@ -94,8 +94,14 @@ def test_the_tile_nests_weight_blocks_inside_columns_and_offers_dividing_rows():
     # input, the blocks the weight vectors: blocks innermost next to the lanes
     assert plan.tiled == [1, 2, 3, 4] and plan.order == (2, 3, 1, 4)
     assert {14, 28, 7} <= set(plan.inner[3])     # 2 blocks x 14 columns = 28 accumulators
+    # the fallback: that tile (the hand schedule's): the second block gives the second
+    # vector, the columns (the inner of two equal loops) the rows of broadcasts
+    assert [plan.inner[c][0] for c in plan.tiled] == [2, 1, 14, 16]
     _, oc2, _ = _nchwc_conv(1, 16, 8, 8, 64)
     assert plan_tiles(oc2.op, Machine(32, 2)).order == (2, 3, 1, 4)
+    # with 8 lanes a block is two vectors already: no second block, 12 accumulators
+    first = [plan_tiles(oc.op, Machine(32, 2)).inner[c][0] for c in plan.tiled]
+    assert first[0] == 1 and first[3] == 16 and first[1] * first[2] * 2 <= 12
 
 
 def test_weights_are_packed_at_root_first_and_a_depthwise_padding_per_tile():
