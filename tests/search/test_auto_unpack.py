@@ -6,43 +6,29 @@ first, and every sampled config is exact at sizes whose channels are not whole b
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import looptune as lt
 import numpy as np
 import pytest
+from looptune.operators import load_operators
 from looptune.search import auto_task
 from looptune.search.auto_rules import Machine, epilogue, plan_tiles, reads_along_row_tiles
 from util import check_outputs, pick_config
 
 B = 16
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 WIDE = "c -march=skylake-avx512 -threads=2"
 
 
 def _nchwc_conv(N, C, H, W, K, stride=1, pad=1, R=3):
-    """The layout of examples/conv2d.py's conv2d_nchwc: input and weights packed into
-    16-channel blocks (zero-padded), the conv in NCHW[16]c, unpacked into the NCHW output."""
-    data = lt.placeholder((N, C, H, W), "float32", name="data")
-    weight = lt.placeholder((K, C, R, R), "float32", name="weight")
+    """examples/conv2d.py's conv2d_nchwc: input and weights packed into 16-channel blocks
+    (zero-padded), the conv in NCHW[16]c, unpacked into the NCHW output. Returns the build
+    arguments, the NCHWc contraction and a float64 numpy reference."""
+    (op,) = [o for o in load_operators(str(EXAMPLES / "conv2d.py")) if o.name == "conv2d_nchwc"]
+    tensors = op.algorithm(N, C, H, W, K, R, R, stride, pad)
+    oc = tensors[-1].op.inputs[0]
     OH, OW = (H + 2 * pad - R) // stride + 1, (W + 2 * pad - R) // stride + 1
-    CB, KB = -(-C // B), -(-K // B)
-
-    def pack_data(n, co, y, x, ci):
-        c = co * B + ci
-        inside = lt.all(c < C, y >= pad, y < H + pad, x >= pad, x < W + pad)
-        return lt.if_then_else(inside, data[n, c, y - pad, x - pad], 0.0)
-    dpack = lt.compute((N, CB, H + 2 * pad, W + 2 * pad, B), pack_data, name="dpack")
-
-    def pack_weight(ko, co, ry, rx, ci, ki):
-        k, c = ko * B + ki, co * B + ci
-        return lt.if_then_else(lt.all(k < K, c < C), weight[k, c, ry, rx], 0.0)
-    wpack = lt.compute((KB, CB, R, R, B, B), pack_weight, name="wpack")
-    co, ci = lt.reduce_axis(CB, name="co"), lt.reduce_axis(B, name="ci")
-    ry, rx = lt.reduce_axis(R, name="ry"), lt.reduce_axis(R, name="rx")
-    oc = lt.compute((N, KB, OH, OW, B), lambda n, ko, y, x, ki: lt.sum(
-        dpack[n, co, y * stride + ry, x * stride + rx, ci] * wpack[ko, co, ry, rx, ci, ki],
-        axis=[co, ry, rx, ci]), name="oc")
-    out = lt.compute((N, K, OH, OW), lambda n, k, y, x: oc[n, k // B, y, x, k % B],
-                     name="out")
 
     def want(d, w):
         d = np.pad(d.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
@@ -53,7 +39,7 @@ def _nchwc_conv(N, C, H, W, K, stride=1, pad=1, R=3):
                         dx:dx + stride * (OW - 1) + 1:stride]
                 o += np.einsum("nchw,kc->nkhw", win, w[:, :, dy, dx].astype(np.float64))
         return o
-    return [data, weight, out], oc, want
+    return tensors, oc, want
 
 
 def test_the_unpacking_output_is_the_contractions_epilogue():
