@@ -207,7 +207,8 @@ def test_transfer_skips_records_whose_template_raises(tmp_path, capsys, warnings
                  "--transfer", str(log), "--log", str(out_log), "--number", "1", "--repeat",
                  "1", "--remeasure-top", "0"]) == 0
     err = capsys.readouterr().err
-    (warn,) = warnings()
+    # the transfer's one warning (the contention guard may add its own on a busy machine)
+    (warn,) = [w for w in warnings() if "--transfer" in w]
     assert f"--transfer: skipping {size // 2} configs of flaky_add(48,)" in warn
     assert "ValueError: this template cannot do that" in warn
     assert f"the cost model starts from {size // 2} records" in err
