@@ -377,7 +377,7 @@ def _bundled_driver_fails(vendors: str) -> str:
     fresh process, as the exported program will look), or "" when one does."""
     import sys
     out = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True,
-                         env=_fresh_env(OCL_ICD_VENDORS=vendors), timeout=120)
+                         env=_fresh_env(OCL_ICD_VENDORS=vendors), timeout=120, check=False)
     if out.returncode == 0:
         return ""
     return (out.stderr.strip().splitlines() or [f"exit code {out.returncode}"])[-1]
