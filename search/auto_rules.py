@@ -498,13 +498,15 @@ def plan_tiles(op, machine: Machine) -> TilePlan:
     """The tiling of contraction ``op`` (see :class:`TilePlan`). The fallback's register
     tile holds ``ACCUMULATORS`` (16) vectors, or the machine's accumulators where fewer (12
     with AVX2), and a knob value every accumulator register (28 with AVX-512: a 14 x 32
-    float matmul tile). Measured on the fallbacks, one Ice Lake core, the 28-vector tile
-    as the fallback: batch_matmul and conv2d_nchwc 13% faster, conv2d (NCHW) 19% and
-    matmul_relu 7% slower, so it is a choice for the tuner, not the first. The tile is two
-    vectors along the vector loop (one where it is short), rows along the loop that the
-    vector operand does not read, so that each vector loaded is reused by every row; the
-    parallel loop gets ``WORK_PER_THREAD`` iterations per thread, from column panels first,
-    then from the outer rows."""
+    float matmul tile). Where the vector loop holds one vector (an NCHWc channel block), a
+    row loop the vector operand depends on gives the second (``_second_vector_row``) and
+    the fallback takes every accumulator. Measured on the fallbacks, one Ice Lake core, the
+    28-vector tile as the fallback: batch_matmul and conv2d_nchwc 13% faster, conv2d (NCHW)
+    19% and matmul_relu 7% slower, so elsewhere it is a choice for the tuner, not the first.
+    The tile is two vectors along the vector loop (one where it is short), rows along the
+    loop that the vector operand does not read, so that each vector loaded is reused by every
+    row; the parallel loop gets ``WORK_PER_THREAD`` iterations per thread, from column panels
+    first, then from the outer rows."""
     L = machine.lanes(op.output.dtype)
     tiled = long_axes(op)
     v = tiled[-1]
@@ -553,11 +555,11 @@ def _tile_order(op, tiled, v) -> tuple[int, ...]:
     """The register tile's loops, outer to inner, as the micro-kernel nests them: the rows
     that only the broadcast operand depends on outside, the rows the vector operand depends
     on (a second channel block of NCHWc weights) inside them, next to the vector loop, so
-    that each broadcast value feeds every vector of its row while it is in a register. With
-    the NCHWc conv's blocks outermost (the tiled loops' own order) gcc reloaded the
-    broadcasts per block: 1.31 against 0.70 ms (examples/conv2d.py)."""
-    uses = _uses(op)
-    vec_uses = set().union(*(u for _, u in uses if v in u)) if uses else set()
+    that each broadcast value feeds every vector of its row while it is in a register, as
+    the hand schedule of examples/conv2d.py nests them (there, with the blocks outermost, gcc
+    reloaded the broadcasts per block: 1.31 against 0.70 ms; in the auto sketch's unrolled
+    tiles the two orders measured alike on Zen 5)."""
+    vec_uses = _vector_uses(op, v)
     rows = [c for c in tiled if c != v]
     return tuple([c for c in rows if c not in vec_uses] + [c for c in rows if c in vec_uses]
                  + [v])
@@ -570,8 +572,7 @@ def _second_vector_row(op, rows, v, ext) -> int | None:
     (the next channel block of NCHWc weights; the next input row of an NCHW conv whose
     width is one vector: 14 x 14 x 256 layer, fallback 3.15-3.47 -> 2.47 ms, 28 x 28 x 128
     1.07-1.21 -> 1.08, Zen 5), so that each broadcast feeds two FMAs."""
-    uses = _uses(op)
-    vec_uses = set().union(*(u for _, u in uses if v in u)) if uses else set()
+    vec_uses = _vector_uses(op, v)
     cands = [c for c in rows if c in vec_uses and ext[c] >= 2]
     return max(cands) if cands else None
 
@@ -646,13 +647,18 @@ def _uses(op) -> list[tuple[Load, set[int]]]:
     return out
 
 
+def _vector_uses(op, v) -> set[int]:
+    """The axes of ``op`` that the loads read along its vector loop ``v`` depend on."""
+    uses = _uses(op)
+    return set().union(*(u for _, u in uses if v in u)) if uses else set()
+
+
 def _row_preference(op, tiled, v) -> list[int]:
     """The tiled loops other than ``v``, those no vector load depends on first (largest
     first; of equal ones the inner: NCHWc's columns, whose broadcasts lie 64 bytes apart,
     before its rows: 2 blocks x 14 columns 0.539 ms, x 14 rows 0.574, Zen 5), then the
     others."""
-    uses = _uses(op)
-    vec_uses = set().union(*(u for _, u in uses if v in u)) if uses else set()
+    vec_uses = _vector_uses(op, v)
     rows = [c for c in tiled if c != v]
     reuse = sorted((c for c in rows if c not in vec_uses),
                    key=lambda c: (-extent(op.axis[c]), -c))    # ties: the inner loop first
