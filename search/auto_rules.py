@@ -488,6 +488,7 @@ class TilePlan:
     lanes: int = 1
     stream_operand: str | None = None    # read along the vector loop, no row loop (B)
     order: tuple = ()    # the register tile's loops as the micro-kernel nests them
+    accumulators: int = 0   # vectors a tile may hold in registers (0: unknown)
 
     def __post_init__(self):
         if not self.order:
@@ -548,7 +549,7 @@ def plan_tiles(op, machine: Machine) -> TilePlan:
     streamed = _vector_operand(op, rows, v) if op.reduce_axis and \
         extent(op.reduce_axis[-1]) >= 2 * ahead else None
     return TilePlan(tiled, v, inner, middle, red, _pack_choices(op, rows, v), L, streamed,
-                    _tile_order(op, tiled, v))
+                    _tile_order(op, tiled, v), acc)
 
 
 def _tile_order(op, tiled, v) -> tuple[int, ...]:
