@@ -95,7 +95,7 @@ def tile_contraction(cfg, s, C, name: str, plan: TilePlan, epi: Epilogue | None,
     pack = cfg[f"{name}.pack"].val if len(plan.pack) > 1 else "none"
     packed = _pack(s, CC, pack) if pack != "none" else None
     P, M, T, tile_of = _output_levels(cfg, s[O], name, plan, axis_of, accumulates=CC is O,
-                             splits=epi.splits if epi is not None else ())
+                                      splits=epi.splits if epi is not None else ())
     par = fuse_parallel(s[O], P, par)
     if CC is O:
         _accumulate(cfg, s, CC, name, plan, None, order, packed, (par, M, T))
