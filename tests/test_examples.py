@@ -188,6 +188,7 @@ def test_matmul_micro_kernel_keeps_its_accumulators_in_registers(march, kc):
     assert not [ln for ln in fmas if "(%rsp)" in ln or "(%rbp)" in ln]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["c", "c -march=haswell"])
 def test_matmul_micro_kernel_prefetches_its_b_panel_2_kib_ahead(target):
     """The hand schedule asks for the B micro-panel's row ``prefetch`` steps of k ahead, 2 KiB

@@ -89,6 +89,7 @@ def test_sweep_keeps_the_build_directories_of_running_processes_and_fresh_partia
     assert _leftovers(cache) == sorted([live.name, other_host.name, fresh.name])
 
 
+@pytest.mark.slow
 def test_a_build_timeout_in_tuning_leaves_no_files_of_the_killed_compiler(cache, tmp_path,
                                                                           monkeypatch):
     systmp = tmp_path / "systmp"

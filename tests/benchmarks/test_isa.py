@@ -88,6 +88,7 @@ def test_a_worker_reports_the_isa_it_was_held_to(system):
     assert proc.stdout.startswith("AVX2 ("), proc.stdout
 
 
+@pytest.mark.slow
 def test_torch_obeys_its_switches_where_it_is_installed():
     _x86()
     if subprocess.run([sys.executable, "-c", "import torch"], capture_output=True,

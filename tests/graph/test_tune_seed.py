@@ -65,6 +65,7 @@ def test_each_task_starts_with_the_fallback_and_its_neighbours(tmp_path):
     assert tuned and {k.schedule for k in tuned} == {"log"}
 
 
+@pytest.mark.slow
 def test_a_resumed_task_continues_the_neighbourhood(tmp_path):
     task = _matmul_task()
     log = tmp_path / "mm.jsonl"
@@ -81,6 +82,7 @@ def test_a_resumed_task_continues_the_neighbourhood(tmp_path):
                        idx[:2]][:2]
 
 
+@pytest.mark.slow
 def test_rounds_are_seeded_until_the_cost_model_can_start(tmp_path):
     task = _matmul_task()
     n_init = 12                                    # the gbt tuner's default

@@ -215,6 +215,7 @@ def test_fuzz_case(index):
         _fail(case, f"wrong results:\n{err}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("index", SANITIZED, ids=lambda i: f"seed{BASE + i}")
 def test_fuzz_case_sanitized(index, sanitizer_batch):
     case = sanitizer_batch.cases[BASE + index]
@@ -262,6 +263,7 @@ def test_dropping_a_parallel_module_does_not_crash():
         f"exit status {p.returncode} (-11 is SIGSEGV)\n{p.stderr[-3000:]}")
 
 
+@pytest.mark.slow
 def test_fuzz_summary():
     """The generator must not degenerate into refusing everything. It draws its own cases
     (the first 200 of this base, generated and lowered, not built), so the check is the same

@@ -148,6 +148,7 @@ def test_a_tuned_log_holds_one_record_per_program_the_fallback_first(tmp_path):
         assert canonical(task, cfg)[0].index == cfg.index
 
 
+@pytest.mark.slow
 def test_the_fallback_is_remeasured_beside_the_best_even_when_it_ranks_low(tmp_path):
     """auto_schedule makes config 0 an anchor of the final re-measure: a slow first timing
     (it runs first, in a cold process) cannot leave a pick that is slower than it."""

@@ -497,6 +497,7 @@ def _max_pool(N, C, H, W, k, stride, pad):
 
 @pytest.mark.parametrize("shape", [(1, 5, 23, 37, 3, 2, 1), (2, 3, 40, 19, 2, 2, 1),
                                    (1, 4, 17, 150, 3, 1, 1)])
+@pytest.mark.slow
 def test_a_pooling_accumulates_rows_locally_with_its_padding_per_parallel_iteration(shape):
     """Was: a pooling's fallback inlined its padding (the guard tested at every window
     step) and reduced straight into the output (0.50 ms against the hand schedule's 0.15 on

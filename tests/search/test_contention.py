@@ -206,6 +206,7 @@ def _spinner(seconds: float) -> subprocess.Popen:
                              "while time.time() < t: pass\n"])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not LINUX, reason="no /proc/stat: the contention guard measures nothing")
 def test_a_process_spinning_on_a_core_is_measured_as_foreign_load():
     spin = _spinner(30)

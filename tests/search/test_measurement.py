@@ -386,6 +386,7 @@ def test_a_candidate_costs_the_mean_of_its_placements():
         assert costs == pytest.approx([2e-4] * 3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fresh", [True, False])
 def test_each_remeasure_round_runs_in_a_new_runner_process(task, fresh):
     cfgs = [task.config_space.get(i) for i in (1, 2)]
@@ -507,6 +508,7 @@ def _threaded_openblas() -> bool:
     return "openblas" in blas.lower() and (os.cpu_count() or 1) >= 2
 
 
+@pytest.mark.slow
 def test_looptune_shortens_openblas_idle_spin_unless_the_user_chose_one():
     """OpenBLAS's idle threads spin ~0.1 s after each call (on 2 cores our kernel then ran at
     half speed right after numpy's sgemm): imported first, looptune sets its timeout, and the

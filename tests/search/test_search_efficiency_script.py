@@ -264,6 +264,7 @@ def _script(out: Path, *args: str) -> subprocess.CompletedProcess:
                           timeout=900, env=env, check=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workload", se.WORKLOADS)
 def test_every_workload_measures_correctly_at_its_quick_sizes(workload):
     task = se.make_task(workload, se.workload_args(workload, quick=True))
