@@ -203,7 +203,7 @@ def _accumulate(cfg, s, CC, name: str, plan: TilePlan, O, order: str, packed, le
     if how != "none":
         sizes = [cfg[f"{name}.tile{c}"].val for c in plan.order]
         body = _unroll_rows(st, rows, sizes[:-1], -(-sizes[-1] // max(1, plan.lanes)))
-        if how == "tile+k" and body and body <= (plan.accumulators or body):
+        if how == "tile+k" and body and body <= plan.accumulators:
             _unroll_micro_k(st, r_in, body)
         # a tile of more vectors than registers spills: its reduction steps unrolled too
         # took gcc 24 s to compile (8 x 4 tile of 16 floats, 8 steps, 1x20x9x11 -> 40 NCHWc

@@ -485,14 +485,10 @@ class TilePlan:
     middle: dict
     red: list
     pack: list
+    order: tuple          # the register tile's loops as the micro-kernel nests them
+    accumulators: int     # vectors a tile may hold in registers
     lanes: int = 1
     stream_operand: str | None = None    # read along the vector loop, no row loop (B)
-    order: tuple = ()    # the register tile's loops as the micro-kernel nests them
-    accumulators: int = 0   # vectors a tile may hold in registers (0: unknown)
-
-    def __post_init__(self):
-        if not self.order:
-            self.order = tuple(self.tiled)
 
 
 def plan_tiles(op, machine: Machine) -> TilePlan:
@@ -513,9 +509,10 @@ def plan_tiles(op, machine: Machine) -> TilePlan:
     v = tiled[-1]
     ext = {c: extent(op.axis[c]) for c in tiled}
     tv = _vector_tile(ext[v], L)
-    rows = _row_preference(op, tiled, v)
+    vec_uses = _vector_uses(op, v)
+    rows = _row_preference(op, tiled, v, vec_uses)
     acc = machine.accumulators()
-    second = _second_vector_row(op, rows, v, ext) if tv <= L else None
+    second = _second_vector_row(rows, ext, vec_uses) if tv <= L else None
     full = _tile_with(rows, ext, acc * L // max(tv, L), second)    # every accumulator
     # the fallback: ACCUMULATORS vectors, or every accumulator where a row loop gives the
     # second vector (NCHWc's 2 blocks x 14 columns, 28 zmm: 0.539 ms against 0.581 for 2 x
@@ -548,11 +545,12 @@ def plan_tiles(op, machine: Machine) -> TilePlan:
     ahead = prefetch_ahead(max(inner[v]), op.output.dtype)      # the shortest distance
     streamed = _vector_operand(op, rows, v) if op.reduce_axis and \
         extent(op.reduce_axis[-1]) >= 2 * ahead else None
-    return TilePlan(tiled, v, inner, middle, red, _pack_choices(op, rows, v), L, streamed,
-                    _tile_order(op, tiled, v), acc)
+    return TilePlan(tiled, v, inner, middle, red, _pack_choices(op, rows, v),
+                    order=_tile_order(tiled, v, vec_uses), accumulators=acc, lanes=L,
+                    stream_operand=streamed)
 
 
-def _tile_order(op, tiled, v) -> tuple[int, ...]:
+def _tile_order(tiled, v, vec_uses: set[int]) -> tuple[int, ...]:
     """The register tile's loops, outer to inner, as the micro-kernel nests them: the rows
     that only the broadcast operand depends on outside, the rows the vector operand depends
     on (a second channel block of NCHWc weights) inside them, next to the vector loop, so
@@ -560,20 +558,18 @@ def _tile_order(op, tiled, v) -> tuple[int, ...]:
     the hand schedule of examples/conv2d.py nests them (there, with the blocks outermost, gcc
     reloaded the broadcasts per block: 1.31 against 0.70 ms; in the auto sketch's unrolled
     tiles the two orders measured alike on Zen 5)."""
-    vec_uses = _vector_uses(op, v)
     rows = [c for c in tiled if c != v]
     return tuple([c for c in rows if c not in vec_uses] + [c for c in rows if c in vec_uses]
                  + [v])
 
 
-def _second_vector_row(op, rows, v, ext) -> int | None:
+def _second_vector_row(rows, ext: dict, vec_uses: set[int]) -> int | None:
     """Where the vector loop holds one vector only (NCHWc's 16 lanes of a channel block),
     the row loop that gives the tile its second vector of the streamed operand, as a matmul
     tile has two along its columns: the innermost row loop the vector operand depends on
     (the next channel block of NCHWc weights; the next input row of an NCHW conv whose
     width is one vector: 14 x 14 x 256 layer, fallback 3.15-3.47 -> 2.47 ms, 28 x 28 x 128
     1.07-1.21 -> 1.08, Zen 5), so that each broadcast feeds two FMAs."""
-    vec_uses = _vector_uses(op, v)
     cands = [c for c in rows if c in vec_uses and ext[c] >= 2]
     return max(cands) if cands else None
 
@@ -654,12 +650,11 @@ def _vector_uses(op, v) -> set[int]:
     return set().union(*(u for _, u in uses if v in u)) if uses else set()
 
 
-def _row_preference(op, tiled, v) -> list[int]:
+def _row_preference(op, tiled, v, vec_uses: set[int]) -> list[int]:
     """The tiled loops other than ``v``, those no vector load depends on first (largest
     first; of equal ones the inner: NCHWc's columns, whose broadcasts lie 64 bytes apart,
     before its rows: 2 blocks x 14 columns 0.539 ms, x 14 rows 0.574, Zen 5), then the
-    others."""
-    vec_uses = _vector_uses(op, v)
+    others (``vec_uses``: the axes the vector loads depend on, ``_vector_uses``)."""
     rows = [c for c in tiled if c != v]
     reuse = sorted((c for c in rows if c not in vec_uses),
                    key=lambda c: (-extent(op.axis[c]), -c))    # ties: the inner loop first

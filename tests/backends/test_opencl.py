@@ -360,6 +360,7 @@ def _fill(n: int, seed: int) -> np.ndarray:
 
 _PROBE = """
 import pyopencl as cl
+why = "no device"
 for p in cl.get_platforms():
     for d in p.get_devices():
         try:
@@ -367,8 +368,8 @@ for p in cl.get_platforms():
             raise SystemExit(0)
         except cl.Error as e:
             lines = str(e).strip().splitlines()
-            last = next((ln for ln in lines if "error:" in ln), lines[-1]).strip()
-raise SystemExit(last if "last" in dir() else "no device")
+            why = next((ln for ln in lines if "error:" in ln), lines[-1]).strip()
+raise SystemExit(why)
 """
 
 

@@ -42,6 +42,12 @@ def _nchwc_conv(N, C, H, W, K, stride=1, pad=1, R=3):
     return tensors, oc, want
 
 
+def _instantiate_wide(tensors, values):
+    """The AVX-512-sized auto task's config with these knob values (others: the first)."""
+    task = auto_task(tensors, target=WIDE)
+    return task.instantiate(pick_config(task.config_space, values))
+
+
 def test_the_unpacking_output_is_the_contractions_epilogue():
     tensors, oc, _ = _nchwc_conv(1, 20, 9, 11, 40)
     s = lt.create_schedule(tensors[-1])
@@ -115,8 +121,8 @@ def test_a_middle_loop_wider_than_its_tiles_does_not_widen_the_tile_buffer():
     tensors, _, _ = _nchwc_conv(1, 64, 56, 56, 64)
     sp = auto_task(tensors, target=WIDE).config_space
     assert sp.knobs["oc.tile4"].values[0] == 16 and 2 in sp.knobs["oc.mid4"].values
-    s, _ = sp_task_instantiate(tensors, {"oc.tile1": 2, "oc.tile2": 1, "oc.tile3": 14,
-                                         "oc.mid4": 2})
+    s, _ = _instantiate_wide(tensors, {"oc.tile1": 2, "oc.tile2": 1, "oc.tile3": 14,
+                                       "oc.mid4": 2})
     text = str(lt.lower(s, tensors))
     (alloc,) = re.findall(r"allocate oc\[float32 \* ([0-9, ]+)\]", text)
     assert alloc == "1, 2, 1, 14, 16"
@@ -124,11 +130,6 @@ def test_a_middle_loop_wider_than_its_tiles_does_not_widen_the_tile_buffer():
     (store,) = [ln for ln in text.splitlines() if ln.strip().startswith("out[")]
     loops = text[:text.index(store)].splitlines()
     assert "vectorized" not in loops[-1]
-
-
-def sp_task_instantiate(tensors, values):
-    task = auto_task(tensors, target=WIDE)
-    return task.instantiate(pick_config(task.config_space, values))
 
 
 @pytest.mark.slow
@@ -160,8 +161,8 @@ def test_a_tile_beyond_the_registers_does_not_unroll_its_reduction_steps():
     tensors, _, _ = _nchwc_conv(1, 20, 9, 11, 40)
 
     def text(**values):
-        s, _ = sp_task_instantiate(tensors, {"oc.red1": 2, "oc.red2": 2, "oc.red3": 2,
-                                             **values})
+        s, _ = _instantiate_wide(tensors, {"oc.red1": 2, "oc.red2": 2, "oc.red3": 2,
+                                           **values})
         return str(lt.lower(s, tensors))
     big = {"oc.tile1": 1, "oc.tile2": 8, "oc.tile3": 4}
     assert text(**big, **{"oc.unroll": "tile+k"}) == text(**big, **{"oc.unroll": "tile"})
