@@ -98,6 +98,32 @@ def _tiles(H, W, dtype, rows, cols, stream=False):
     return s, inp, bx, by, tile
 
 
+SLIDE_ROWS = 32     # rows per strip of the sliding-window schedule (knob rows_scale scales it)
+
+
+def slide_schedule(H: int, W: int, dtype: str = "float32", rows: int = SLIDE_ROWS,
+                   cols: int | None = None, stream: bool = True):
+    """Sliding window (store_at): blur_y in parallel strips of ``rows`` rows (of ``cols``
+    columns when fewer than W), blur_x computed per output row and stored per strip, so
+    each row of blur_x is computed once per strip (two exact divisions per point instead
+    of 1 + 3 when inlined) into a 4-row buffer indexed modulo 4."""
+    inp, by = algorithm(H, W, dtype)
+    bx = by.op.inputs[0]
+    s = lt.create_schedule(by)
+    y, x = s[by].op.axis
+    if cols is not None and cols < W:
+        yo, xo, yi, x = s[by].tile(y, x, rows, cols)
+        strip = s[by].fuse(yo, xo)
+    else:
+        strip, yi = s[by].split(y, factor=rows)
+    s[by].parallel(strip)
+    (s[by].stream if stream else s[by].vectorize)(x)
+    s[bx].compute_at(s[by], yi)
+    s[bx].store_at(s[by], strip)
+    s[bx].vectorize(s[bx].op.axis[1])
+    return s, [inp, by]
+
+
 def hand_schedule(H: int, W: int, dtype: str = "float32", target: str = "c"):
     s, inp, bx, by, tile = _tiles(H, W, dtype, TILE_ROWS, TILE_COLS)
     s[bx].compute_at(s[by], tile)          # (rows + 2) x cols of blur_x per tile, in L1
@@ -108,10 +134,11 @@ def hand_schedule(H: int, W: int, dtype: str = "float32", target: str = "c"):
 @lt.template(NAME)
 def template(cfg, H: int, W: int, dtype: str = "float32"):
     """Where blur_x is computed (per tile of blur_y, inlined into the tiles, per strip of
-    rows, or whole at root), the rows per tile or strip (a factor of ``TILE_ROWS``, or of the
-    half-L2-sized strip), the tile width and streaming stores for the output; the fallback
-    config (first value of each knob) is the hand schedule."""
-    cfg.define_knob("blur_x_at", ["tile", "inline", "strip", "root"])
+    rows, whole at root, or per row stored per strip: ``slide_schedule``), the rows per
+    tile or strip (a factor of ``TILE_ROWS``, of the half-L2-sized strip, or of
+    ``SLIDE_ROWS``), the tile width and streaming stores for the output; the fallback config
+    (first value of each knob) is the hand schedule."""
+    cfg.define_knob("blur_x_at", ["tile", "inline", "strip", "root", "slide"])
     cfg.define_knob("rows_scale", [1, 0.5, 2, 4, 0.25])
     cfg.define_knob("tile_x", list(dict.fromkeys([TILE_COLS, 64, 256, 512, W])))
     cfg.define_knob("stream", [False, True])
@@ -126,6 +153,10 @@ def template(cfg, H: int, W: int, dtype: str = "float32"):
             s[bx].compute_at(s[by], tile)
             s[bx].vectorize(s[bx].op.axis[1])
         return s, [inp, by]
+    if where == "slide":
+        rows = max(1, int(SLIDE_ROWS * cfg["rows_scale"].val))
+        s, tensors = slide_schedule(H, W, dtype, rows, cfg["tile_x"].val, stream)
+        return s, tensors
     rows = max(1, int(strip_rows(H, W, dtype) * cfg["rows_scale"].val))
     s, inp, bx, by, yo = _strips(H, W, dtype, rows, stream)
     if where == "strip":

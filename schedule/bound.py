@@ -177,9 +177,10 @@ def root_intervals(nest: LoopNest, env: dict, ranges: dict) -> dict[Var, Interva
     return out
 
 
-def union_region(shape, accesses: list[tuple[Expr, ...]], env: dict, ranges: dict):
-    """The (min, extent) per dimension of a tensor of ``shape`` covering ``accesses``."""
-    region = []
+def union_bounds(shape, accesses: list[tuple[Expr, ...]], env: dict, ranges: dict):
+    """The inclusive (lo, hi) per dimension of a tensor of ``shape`` covering ``accesses``,
+    clipped to the tensor."""
+    bounds = []
     for d, size in enumerate(shape):
         size_e = size if isinstance(size, Expr) else Const(size, "int32")
         lo = hi = None
@@ -190,8 +191,17 @@ def union_region(shape, accesses: list[tuple[Expr, ...]], env: dict, ranges: dic
                 break
             lo = r[0] if lo is None else simplify(_min(lo, r[0]), ranges)
             hi = r[1] if hi is None else simplify(_max(hi, r[1]), ranges)
-        lo = simplify(_max(lo, Const(0, "int32")), ranges)
-        hi = simplify(_min(hi, size_e - 1), ranges)
-        region.append((lo, simplify(push_minmax(simplify(hi - lo + 1, ranges)), ranges)))
-    return region
+        bounds.append((simplify(_max(lo, Const(0, "int32")), ranges),
+                       simplify(_min(hi, size_e - 1), ranges)))
+    return bounds
 
+
+def bounds_region(bounds, ranges: dict):
+    """(min, extent) per dimension of inclusive ``bounds``."""
+    return [(lo, simplify(push_minmax(simplify(hi - lo + 1, ranges)), ranges))
+            for lo, hi in bounds]
+
+
+def union_region(shape, accesses: list[tuple[Expr, ...]], env: dict, ranges: dict):
+    """The (min, extent) per dimension of a tensor of ``shape`` covering ``accesses``."""
+    return bounds_region(union_bounds(shape, accesses, env, ranges), ranges)

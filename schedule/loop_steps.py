@@ -460,10 +460,78 @@ class ComputeAt(Step):
 
     def apply(self, s: Schedule) -> None:
         parent = s.stage(self.parent)
-        s.stage(self.stage).attach = AttachAt(parent, parent.loop(self.loop))
+        st = s.stage(self.stage)
+        st.attach, st.stored_at = AttachAt(parent, parent.loop(self.loop)), None
 
     def __str__(self) -> str:
         return (f"{stage_ref(self.stage)}.compute_at({stage_ref(self.parent)}, "
+                f"{loop_ref(self.parent, self.loop)})")
+
+
+_DONE = {Annot.VECTORIZE: "vectorized", Annot.PARALLEL: "parallel", Annot.BIND: "bound to a "
+         "thread index", Annot.STREAM: "streamed", Annot.UNROLL: "unrolled"}
+
+
+def check_store_at(st: Stage, prim: str) -> tuple[int, int]:
+    """``st``'s store_at against its compute_at, as the stages are now (StoreAt and the
+    lowering both ask): the host's leaf positions (store loop, compute loop), or a
+    ScheduleError naming what to change."""
+    stored = st.stored_at
+    if not isinstance(st.attach, AttachAt):
+        raise st._err(prim, f"'{st.name}' is {st.attach}; store_at keeps the buffer of a "
+                      "stage computed at a loop: compute_at it first, then store_at an outer "
+                      "loop of the same stage")
+    host, c = st.attach.stage, st.attach.loop
+    if stored.stage is not host:
+        raise st._err(prim, f"'{st.name}' is computed at '{host.name}', not at "
+                      f"'{stored.stage.name}'; store it at a loop of '{host.name}'")
+    leaves = host.leaf_iter_vars
+    for v, what in ((stored.loop, "store_at"), (c, "compute_at")):
+        if v not in leaves:
+            raise st._err(prim, f"loop '{v.name}' of '{host.name}' ({what}) was split or "
+                          f"fused since; store_at and compute_at current loops")
+    lo, hi = leaves.index(stored.loop), leaves.index(c)
+    if lo > hi:
+        raise st._err(prim, f"loop '{stored.loop.name}' is inside '{c.name}', where "
+                      f"'{st.name}' is computed; store at '{c.name}' or a loop outside it")
+    for v in leaves[lo + 1:hi + 1]:
+        kind = host.annotations.get(v, (None,))[0]
+        if kind not in (None, Annot.UNROLL):
+            raise st._err(prim, f"loop '{v.name}' of '{host.name}' is {_DONE[kind]}, but "
+                          f"the loops from '{stored.loop.name}' in to '{c.name}' share one "
+                          f"buffer of '{st.name}' and must run in order, one thread: store "
+                          f"at '{v.name}' or inside it, or do not {kind.value} it")
+    return lo, hi
+
+
+@dataclass(frozen=True, slots=True)
+class StoreAt(Step):
+    """``s[P].store_at(s[C], loop)``: ``parent`` names the stage ``C`` (the one ``P`` is
+    computed at), ``loop`` its loop."""
+
+    parent: str
+    loop: str
+
+    PRIMITIVES = ("store_at",)
+
+    def validate(self, s: Schedule) -> None:
+        st = s.stage(self.stage)
+        prim = f"store_at({self.parent}, {self.loop})"
+        parent = s.stage(self.parent)
+        loop = parent.loop(self.loop)
+        old = st.stored_at
+        st.stored_at = AttachAt(parent, loop)
+        try:
+            check_store_at(st, prim)
+        finally:
+            st.stored_at = old
+
+    def apply(self, s: Schedule) -> None:
+        parent = s.stage(self.parent)
+        s.stage(self.stage).stored_at = AttachAt(parent, parent.loop(self.loop))
+
+    def __str__(self) -> str:
+        return (f"{stage_ref(self.stage)}.store_at({stage_ref(self.parent)}, "
                 f"{loop_ref(self.parent, self.loop)})")
 
 
@@ -486,7 +554,8 @@ class ComputeInline(Step):
                           "without stream(), or keep this one computed")
 
     def apply(self, s: Schedule) -> None:
-        s.stage(self.stage).attach = Attach.INLINE
+        st = s.stage(self.stage)
+        st.attach, st.stored_at = Attach.INLINE, None
 
     def __str__(self) -> str:
         return f"{stage_ref(self.stage)}.compute_inline()"
@@ -553,7 +622,8 @@ class ComputeRoot(Step):
         s.stage(self.stage)
 
     def apply(self, s: Schedule) -> None:
-        s.stage(self.stage).attach = Attach.ROOT
+        st = s.stage(self.stage)
+        st.attach, st.stored_at = Attach.ROOT, None
 
     def __str__(self) -> str:
         return f"{stage_ref(self.stage)}.compute_root()"

@@ -23,9 +23,12 @@ from ..lang.printer import expr_str
 from ..lang.simplify import linear_terms, simplify, upper_bound
 from ..lang.tensor import ComputeOp, Tensor
 from ..lang.visitor import ExprMutator, collect_loads, collect_vars, substitute
-from .bound import LoopNest, interval, loop_nest, relax_leaves, root_intervals, union_region
+from .bound import (LoopNest, bounds_region, interval, loop_nest, relax_leaves, root_intervals,
+                    union_bounds)
 from .schedule import Schedule
 from .attach import Attach, AttachAt
+from .loop_steps import check_store_at
+from .sliding import fold_size, slide
 from .stage import Annot, Stage
 from .stmt import (Allocate, Buffer, For, ForKind, IfThenElse, LetStmt, Stmt, Store,
                    display_names, seq, stmt_str)
@@ -112,6 +115,12 @@ class _Lowering:
         self.offsets: dict[int, list[Expr]] = {}      # id(tensor) -> per-dim min (let vars)
         self.attached: dict[tuple[Stage, IterVar], list[Stage]] = defaultdict(list)
         self.lets: dict[Stage, list[tuple[Var, Expr]]] = {}
+        # store_at (schedule/sliding.py): stages whose buffer lives at a host loop outside
+        # the one they are computed at, the lets of that buffer's region (placed with it),
+        # and the folded dimension of a buffer: id(tensor) -> (dim, rows)
+        self.stored: dict[tuple[Stage, IterVar], list[Stage]] = defaultdict(list)
+        self.store_lets: dict[Stage, list[tuple[Var, Expr]]] = {}
+        self.folds: dict[int, tuple[int, int]] = {}
         self.fused: dict[Stage, Stage] = {}           # compute_with: host -> fused stage
 
     # ---- 1-2: checks and inlining ------------------------------------------------------
@@ -241,6 +250,16 @@ class _Lowering:
                         f"'{st.name}' outside loop '{loop.name}'; compute_at a loop that "
                         "encloses every reader, or compute_root")
             self.attached[(parent, loop)].append(st)
+            if self._slides(st):
+                lp = st.stored_at.loop
+                check_store_at(st, f"store_at({parent.name}, {lp.name})")
+                self.stored[(parent, lp)].append(st)
+
+    @staticmethod
+    def _slides(st: Stage) -> bool:
+        """Is ``st`` stored at a loop outside the one it is computed at (store_at)?"""
+        return st.stored_at is not None and isinstance(st.attach, AttachAt) and \
+            st.stored_at.loop is not st.attach.loop
 
     def _check_fused(self, stages) -> None:
         """compute_with: what the steps could not check when they were applied (later steps
@@ -339,9 +358,9 @@ class _Lowering:
             if ub is not None:
                 self.ranges[leaf.var] = (0, max(ub - 1, 0))
 
-    def _attached_region(self, st: Stage):
-        host, loop = st.attach.stage, st.attach.loop
-        t = st.op.output
+    def _read_bounds(self, st: Stage, host: Stage, loop: IterVar):
+        """Inclusive (lo, hi) per dimension of what one iteration of ``host``'s ``loop``
+        reads of ``st``, in the loop variables outside it."""
         env: dict = {}
         hnest = self.nests[host]
         order = host.leaf_iter_vars
@@ -349,32 +368,82 @@ class _Lowering:
         inside = [r for r in reversed(self.s.stages) if r in self.nests and r is not host
                   and isinstance(r.attach, AttachAt) and self._within(r, host, loop)]
         for r in inside:  # consumers first: a stage's lets use its host's loop variables
-            for v, val in self.lets[r]:
+            for v, val in self.lets[r] + self.store_lets.get(r, []):
                 iv = interval(val, env, self.ranges)
                 env[v] = iv if iv is not None else (Const(0, "int32"), Const(2**31 - 1, "int32"))
             relax_leaves(self.nests[r], r.leaf_iter_vars, env, self.ranges)
         accesses = []
+        t = st.op.output
         for r in self.readers[st]:
             roots = root_intervals(self.nests[r], env, self.ranges)
             for ld in collect_loads(self.body[r]):
                 if ld.tensor is t:
                     accesses.append(ld.indices)
             env.update(roots)
-        region = union_region(t.shape, accesses, env, self.ranges)
-        # the region is bound once per attach point to variables (let statements)
-        lets, offsets, shape = [], [], []
+        return union_bounds(t.shape, accesses, env, self.ranges)
+
+    def _bind_region(self, st: Stage, region, tag: str) -> list[tuple[Var, Expr]]:
+        """Let variables ``{st}.{tag}min{d}`` / ``ext{d}`` for ``region`` (their ranges
+        noted); returns the lets, (min, ext) pairs in order."""
+        lets = []
         for d, (mn, ext) in enumerate(region):
-            mv, ev = Var(f"{st.name}.min{d}"), Var(f"{st.name}.ext{d}")
+            mv, ev = Var(f"{st.name}.{tag}min{d}"), Var(f"{st.name}.{tag}ext{d}")
             lets += [(mv, mn), (ev, ext)]
-            offsets.append(mv)
             ub = upper_bound(ext, self.ranges)
-            shape.append(ub if ub is not None else t.shape[d])
             lo = upper_bound(-ext, self.ranges)
             self.ranges[ev] = (0 if lo is None else max(-lo, 0), ub if ub is not None else 2**31)
+        return lets
+
+    def _attached_region(self, st: Stage):
+        host, loop = st.attach.stage, st.attach.loop
+        t = st.op.output
+        bounds = self._read_bounds(st, host, loop)
+        if not self._slides(st):
+            # the region is bound once per attach point to variables (let statements)
+            lets = self._bind_region(st, bounds_region(bounds, self.ranges), "")
+            store = lets
+        else:
+            # store_at: the buffer holds what the store loop's iteration reads; the compute
+            # loop's iteration computes the part its predecessors did not (sliding.py)
+            sb = self._read_bounds(st, host, st.stored_at.loop)
+            store = self._bind_region(st, bounds_region(sb, self.ranges), "s")
+            self.store_lets[st] = store
+            dim, region = slide(bounds, loop.var, self.ranges)
+            lets = self._bind_region(st, region, "")
+            if dim is not None and dim >= 0:
+                full = simplify(bounds[dim][1] - bounds[dim][0] + 1, self.ranges)
+                rows = fold_size(full, upper_bound(store[2 * dim + 1][0], self.ranges),
+                                 self.ranges)
+                if rows is not None:
+                    self.folds[id(t)] = (dim, rows)
         self.lets[st] = lets
-        self.offsets[id(t)] = offsets
+        # a stored buffer's offsets are its region's min expressions (of loops outside the
+        # store loop), not their lets: in the indices they then cancel against the loops'
+        # own terms (((f % 4) * 1024 + xi) - (f % 4) * 1024 -> xi), which keeps the
+        # accesses affine for the C compiler's vectorizer
+        self.offsets[id(t)] = [mv if store is lets else val for mv, val in store[::2]]
+        shape = []
+        for d, (ev, _) in enumerate(store[1::2]):
+            ub = self.ranges[ev][1]
+            shape.append(ub if ub < 2**31 else t.shape[d])
+        if id(t) in self.folds:
+            dim, rows = self.folds[id(t)]
+            shape[dim] = rows
         self.buffers[id(t)] = Buffer(st.name, tuple(shape), t.dtype, st.scope or "local")
         return [(mv, ev) for (mv, _), (ev, _) in zip(lets[::2], lets[1::2])]
+
+    def buffer_index(self, t, idx) -> tuple[Expr, ...]:
+        """Indices into ``t``'s buffer of the tensor indices ``idx``: less the buffer's
+        region offsets, modulo the folded dimension's rows (store_at)."""
+        offs = self.offsets.get(id(t))
+        if offs is not None:
+            idx = tuple(simplify(i - o, self.ranges) for i, o in zip(idx, offs))
+        fold = self.folds.get(id(t))
+        if fold is not None:
+            d, rows = fold
+            idx = idx[:d] + (simplify(idx[d] % Const(rows, "int32"), self.ranges),) + \
+                idx[d + 1:]
+        return tuple(idx)
 
     # ---- 4: building nests -------------------------------------------------------------
 
@@ -385,11 +454,7 @@ class _Lowering:
             def visit_Load(self, ld):
                 idx = tuple(self.visit(i) for i in ld.indices)
                 t = ld.tensor
-                buf = lw.buffers[id(t)]
-                offs = lw.offsets.get(id(t))
-                if offs is not None:
-                    idx = tuple(i - o for i, o in zip(idx, offs))
-                return BufferLoad(buf, idx)
+                return BufferLoad(lw.buffers[id(t)], lw.buffer_index(t, idx))
 
         return ToBuffers().visit(e)
 
@@ -398,9 +463,8 @@ class _Lowering:
         reduction's ``where`` that the caller places as loop guards (see _where_guards)."""
         t = st.op.output
         buf = self.buffers[id(t)]
-        offs = self.offsets[id(t)]
         values = nest.values
-        idx = tuple(simplify(values[a.var] - o, self.ranges) for a, o in zip(st.op.axis, offs))
+        idx = self.buffer_index(t, tuple(values[a.var] for a in st.op.axis))
         body = substitute(self.body[st], values)
         if not st.op.is_reduction:
             return Store(buf, idx, self._to_buffers(body)), None, []
@@ -638,13 +702,20 @@ class _Lowering:
 
     def _with_attached(self, host: Stage, leaf: IterVar, body: Stmt) -> Stmt:
         prods = self.attached.get((host, leaf), [])
-        if not prods:
+        stored = self.stored.get((host, leaf), [])
+        if not prods and not stored:
             return body
         stmt = seq(*(self._stage_stmt(p) for p in prods if p.fused_with is None), body)
         for p in reversed(prods):
-            stmt = Allocate(self.buffers[id(p.op.output)], stmt)
+            if not self._slides(p):      # else allocated where it is stored
+                stmt = Allocate(self.buffers[id(p.op.output)], stmt)
         for p in reversed(prods):
             for v, val in reversed(self.lets[p]):
+                stmt = LetStmt(v, val, stmt)
+        for p in reversed(stored):
+            stmt = Allocate(self.buffers[id(p.op.output)], stmt)
+        for p in reversed(stored):
+            for v, val in reversed(self.store_lets[p]):
                 stmt = LetStmt(v, val, stmt)
         return stmt
 

@@ -83,7 +83,12 @@ def _prefetch(lw: _Lowering, st: Stage, lvl: int, extents: list[Expr], name: str
                             f"inlining{why}; prefetch a tensor its loops load")
     _check_scope(lw, st, lvl, t, prim)
     nest = lw.nests[st]
-    lets = {v: val for pairs in lw.lets.values() for v, val in pairs}
+    if id(t) in lw.folds:
+        raise ScheduleError(f"{prim}: '{name}' is stored at an outer loop (store_at) in a "
+                            "buffer folded to its sliding window, whose rows wrap around; "
+                            "prefetch the tensors it reads instead")
+    lets = {v: val for group in (lw.lets, lw.store_lets) for pairs in group.values()
+            for v, val in pairs}
     env: dict = {}
     relax_leaves(nest, st.leaf_iter_vars[lvl + 1:], env, lw.ranges)
     env = {v: (_with_lets(lo, lets), _with_lets(hi, lets)) for v, (lo, hi) in env.items()}
@@ -127,7 +132,8 @@ def _region_extent(lw: _Lowering, t, d: int) -> Expr:
     """How many elements dimension ``d`` of ``t``'s buffer holds where it is read: the
     region's extent variable of an attached stage, the tensor's size otherwise."""
     if lw.s.has_stage(t) and isinstance(lw.s[t].attach, AttachAt):
-        return lw.lets[lw.s[t]][2 * d + 1][0]
+        st = lw.s[t]
+        return lw.store_lets.get(st, lw.lets[st])[2 * d + 1][0]
     size = t.shape[d]
     return size if isinstance(size, Expr) else _c(size)
 

@@ -40,6 +40,7 @@ class StageState:
     scope: str | None
     fused: str = ""                                # compute_with: "host.loop"
     prefetches: tuple[tuple, ...] = ()   # (tensor, loop, offset[, "host.along"])
+    stored: str = ""                               # store_at: "host.loop"
 
 
 def _relation_str(r) -> str:
@@ -62,6 +63,7 @@ class Stage:
         self.is_output = False
         self.scope: str | None = None         # memory scope of a cache stage's buffer
         self.fused_with: AttachAt | None = None   # compute_with: the host stage and loop
+        self.stored_at: AttachAt | None = None    # store_at: the host stage and loop
         self.reset(op)
 
     def reset(self, op) -> None:
@@ -100,7 +102,9 @@ class Stage:
             f"{self.fused_with.stage.name}.{self.fused_with.loop.name}",
             tuple(sorted((t, v.name, off) if a is None else
                          (t, v.name, off, f"{a[0].name}.{a[1].name}")
-                         for t, v, off, a in self.prefetches)))
+                         for t, v, off, a in self.prefetches)),
+            "" if self.stored_at is None else
+            f"{self.stored_at.stage.name}.{self.stored_at.loop.name}")
 
     def __repr__(self):
         return f"Stage({self.name})"
@@ -314,6 +318,23 @@ class Stage:
         """
         v = self._stage_loop("compute_at", parent, loop)
         self.schedule.apply_step(ls.ComputeAt(self.name, parent.name, v.name))
+
+    def store_at(self, parent: Stage, loop: IterVar) -> None:
+        """Keep this stage's buffer in each iteration of ``parent``'s ``loop`` (Halide's
+        ``store_at``) while it is still computed where ``compute_at(parent, ...)`` put it,
+        at ``loop`` or a loop inside it (call store_at after compute_at; compute_at,
+        compute_inline and compute_root drop it). What one iteration computed is then there
+        for the next: where the region slides along one dimension, each iteration computes
+        only what the previous ones did not, into a buffer folded to the window
+        (schedule/sliding.py). The loops from ``loop`` (exclusive) in to the compute loop
+        must be serial or unrolled.
+
+        ``blur_x`` computed at ``blur_y``'s row loop ``yi`` and stored at the strip loop
+        ``yo`` -> per strip: rows 0..2 of blur_x at yi == 0, then one new row per yi, in a
+        4-row buffer indexed modulo 4.
+        """
+        v = self._stage_loop("store_at", parent, loop)
+        self.schedule.apply_step(ls.StoreAt(self.name, parent.name, v.name))
 
     def compute_inline(self) -> None:
         """Substitute this stage's body into its consumers; it gets no loops or buffer.

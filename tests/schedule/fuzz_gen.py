@@ -220,6 +220,22 @@ def _compute_at(s, st, rng, bad):
         lambda: st.compute_at(host, loop)
 
 
+def _store_at(s, st, rng, bad):
+    """For a stage computed at a host's loop: the host's loop at or outside it, where its
+    buffer is kept and slid (bad: any stage's loop; see also _slide)."""
+    attach = st.attach
+    if bad or not hasattr(attach, "loop") or attach.loop not in attach.stage.leaf_iter_vars:
+        if not bad:
+            return None
+        host = _choice(rng, list(s.stages))
+        loop = _loop(s, host, rng, rng.random() < 0.3)
+    else:
+        leaves = attach.stage.leaf_iter_vars
+        host, loop = attach.stage, _choice(rng, leaves[:leaves.index(attach.loop) + 1])
+    return f"s[{st.name}].store_at(s[{host.name}], {getattr(loop, 'name', loop)})", \
+        lambda: st.store_at(host, loop)
+
+
 def _compute_with(s, st, rng, bad):
     """Fuse ``st`` into a stage computed at the same place, at one of its outer loops (most
     picks are refused at lowering: unequal extents, or reads of what the host has not yet
@@ -284,6 +300,7 @@ LOOP_PRIMITIVES = {  # name -> (weight, picker(s, stage, rng, bad) -> (text, thu
     "stream": (0.8, _annotate("stream")), "prefetch": (0.8, _prefetch),
     "compute_at": (3.0, _compute_at), "compute_inline": (1.5, _compute_inline),
     "compute_root": (0.3, _compute_root), "compute_with": (1.0, _compute_with),
+    "store_at": (0.8, _store_at),
 }
 
 
@@ -355,8 +372,30 @@ def _rfactor(r, s, rng, bad):
     return True
 
 
+def _slide(r, s, rng, bad):
+    """A sliding window: a stage computed at an inner loop of a reader (split first, half
+    the time) and stored at a loop outside it."""
+    st = _choice(rng, [x for x in _live_stages(s) if _readers(s, x)] or list(s.stages))
+    hosts = _readers(s, st)
+    if not hosts:
+        return
+    host = _choice(rng, hosts)
+    if rng.random() < 0.5:
+        r.attempt(*_split(s, host, rng, False))
+    leaves = host.leaf_iter_vars
+    if len(leaves) < 2:
+        return
+    k = int(rng.integers(1, len(leaves)))
+    c, loop = leaves[k], leaves[int(rng.integers(0, k))]
+    if r.attempt(f"s[{st.name}].compute_at(s[{host.name}], {c.name})",
+                 lambda: st.compute_at(host, c)) is REFUSED:
+        return
+    r.attempt(f"s[{st.name}].store_at(s[{host.name}], {loop.name})",
+              lambda: st.store_at(host, loop))
+
+
 MEMORY_PRIMITIVES = {"cache_write": (1.0, _cache_write), "cache_read": (1.0, _cache_read),
-                     "rfactor": (1.2, _rfactor)}
+                     "rfactor": (1.2, _rfactor), "slide": (1.0, _slide)}
 
 
 # ---- running the steps ---------------------------------------------------------------------

@@ -15,7 +15,8 @@ from looptune import ScheduleError
 from looptune.schedule import Attach, AttachAt
 from looptune.schedule import steps as steps_mod
 from looptune.schedule.loop_steps import (Annotate, Bind, ComputeAt, ComputeInline, ComputeRoot,
-                                          ComputeWith, Fuse, Prefetch, Reorder, Split)
+                                          ComputeWith, Fuse, Prefetch, Reorder, Split,
+                                          StoreAt)
 from looptune.schedule.memory import CacheRead, CacheWrite, RFactor
 from looptune.schedule.relations import Annot
 
@@ -25,14 +26,15 @@ ONE_OF_EACH = [Split("C", "i", factor=8), Split("C", "i", nparts=3), Fuse("C", (
                Annotate("C", "j", Annot.STREAM),
                Bind("C", "i", "blockIdx.x"), ComputeAt("P", "C", "j"), ComputeInline("P"),
                ComputeRoot("P"), ComputeWith("D", "C", "i"), CacheRead("A", "local", ("C", "P")), CacheWrite("C", "local"),
-               RFactor("C", "k.inner"), Prefetch("C", "A", "k", 16)]
+               RFactor("C", "k.inner"), Prefetch("C", "A", "k", 16), StoreAt("P", "C", "i")]
 
 
 def test_every_primitive_is_a_registered_step_class():
     assert set(steps_mod.primitives()) == {
         "split", "fuse", "reorder", "unroll", "vectorize", "parallel", "stream", "bind",
         "compute_at", "compute_with",
-        "compute_inline", "compute_root", "cache_read", "cache_write", "rfactor", "prefetch"}
+        "compute_inline", "compute_root", "cache_read", "cache_write", "rfactor", "prefetch",
+        "store_at"}
     assert {type(x).__name__ for x in ONE_OF_EACH} == {
         cls.__name__ for cls in steps_mod.primitives().values()}
 
