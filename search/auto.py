@@ -10,7 +10,11 @@ f = lt.build(s, [A, B, C])
 rules. Op patterns decide (:mod:`.auto_rules`), the CPU rules apply them (:mod:`.auto_cpu`):
 
 - an injective (reduction-free) intermediate stage is inlined into its readers or computed at
-  root (knob ``<stage>.inline``; first choice: inlined, except a padding feeding a
+  root (knob ``<stage>.inline``); one that its only reader reads through a window of rows
+  (a stencil: blur_x's rows y..y + 2 for blur_y's row y) may instead be computed per row of
+  the reader's strips and stored per strip (knob ``<stage>.slide``, False first: store_at,
+  each row computed once per strip into a buffer folded to the window; the reader needs
+  ``rows`` > 1). First choice of ``inline``: inlined, except a padding feeding a
   reduction, or a math-heavy value read twice, as softmax's exponentials); a padding that
   only a tiled contraction (or a pooling, below) reads may instead be computed per parallel
   iteration of its tiles
@@ -95,12 +99,13 @@ from .auto_rules import (
     readers_through_inlined,
     reads_along_row_tiles,
     row_consumers,
+    slides_along_rows,
 )
 from .task import Task
 from .template import DagTemplate, find_template, register
 from .tuners import make_tuner, tuner_class
 
-SKETCH_VERSION = 11    # 2: row statistics computed per row of their output
+SKETCH_VERSION = 12    # 2: row statistics computed per row of their output
                       # 3: epilogue chains (contraction -> bias -> activation)
                       # 4: multi-level tiling, packing, the rfactor rule, sized by the machine
                       # 5: knob 'parallel' (small kernels on one thread)
@@ -121,6 +126,9 @@ SKETCH_VERSION = 11    # 2: row statistics computed per row of their output
                       #    register tile's vector-operand rows innermost; row tiles that
                       #    divide the loop (14, 28 of 56); a pack per tile first only
                       #    where it is read along every row tile
+                      # 12: a stencil producer read through a window of its reader's rows
+                      #    may be computed per row and stored per parallel strip
+                      #    (<stage>.slide: store_at, each row computed once per strip)
 
 # ---- the DAG ---------------------------------------------------------------------------------
 
@@ -220,6 +228,7 @@ class _Plan:
     inline_first: dict      # id(inlinable stage) -> the fallback inlines it
     threads: list           # the knob 'parallel''s choices (none: no knob)
     tile_fed: dict          # id(padding stage) -> the tiled contraction stage, its one reader
+    slide_fed: dict         # id(stencil producer) -> its one reader, read through row windows
     lanes: set = field(default_factory=set)   # stages with a knob <stage>.lanes (rfactor)
     ahead: set = field(default_factory=set)   # row outputs with a knob <stage>.ahead
 
@@ -247,8 +256,12 @@ def _plan(s: Schedule, outputs: list[Tensor], gpu: bool, machine: Machine) -> _P
                 and (r := feeds_one_reduction(s, st)) is not None
                 and (id(r) in plans or (not gpu and id(r) not in per_row
                                         and id(r) not in fused))}
+    slide_fed = {} if gpu else {
+        id(st): r for st in inlinable if id(st) not in per_row and id(st) not in tile_fed
+        and (r := slides_along_rows(s, st)) is not None and id(r) not in per_row
+        and id(r) not in fused and id(r) not in plans}
     return _Plan(s, gpu, machine, stages, names, epis, chained, fused, inlinable, rooted,
-                 per_row, plans, inline_first, threads, tile_fed)
+                 per_row, plans, inline_first, threads, tile_fed, slide_fed)
 
 
 def _define_knobs(cfg, p: _Plan) -> None:
@@ -257,6 +270,8 @@ def _define_knobs(cfg, p: _Plan) -> None:
     for st in p.inlinable:
         first = p.inline_first[id(st)]
         cfg.define_knob(f"{p.names[id(st)]}.inline", [first, not first])
+        if id(st) in p.slide_fed:
+            cfg.define_knob(f"{p.names[id(st)]}.slide", [False, True])
         if id(st) in p.tile_fed:
             r = p.tile_fed[id(st)]
             at = ["tile", "root"] if id(r) not in p.plans or \
@@ -289,16 +304,19 @@ def _apply_choices(cfg, p: _Plan) -> None:
     """Schedule the stages as ``cfg`` chooses: inlining, rows, then each root stage."""
     for st in p.chained:
         st.compute_inline()
+    slides: dict = {}           # id(reader) -> the producers it computes per row (store_at)
     for st in p.inlinable:
-        if cfg[f"{p.names[id(st)]}.inline"].val:
+        if id(st) in p.slide_fed and cfg[f"{p.names[id(st)]}.slide"].val:
+            slides.setdefault(id(p.slide_fed[id(st)]), []).append(st)
+        elif cfg[f"{p.names[id(st)]}.inline"].val:
             st.compute_inline()
     at_row = _rows_attached(cfg, p.s, p.stages, p.per_row, p.names)
     attached = {id(x) for xs in at_row.values() for x in xs}
     par = bool(p.threads) and cfg["parallel"].val
     tile_loops: dict = {}        # id(reduction) -> (stage, loop) of its parallel iteration
     for st in p.rooted:
-        if st.attach is Attach.INLINE or id(st) in attached:
-            continue
+        if st.attach is Attach.INLINE or id(st) in attached or st.stored_at is not None:
+            continue                     # (stored_at: computed per row of its reader)
         name, epi, t = p.names[id(st)], p.epis.get(id(st)), st.tensor
         if p.gpu:
             gpu_rules.gpu_bind(cfg, p.s, t, name, is_contraction(st.op), epi)
@@ -312,7 +330,7 @@ def _apply_choices(cfg, p: _Plan) -> None:
             cpu.per_row(cfg, p.s, t, p.names, at_row[id(st)], p.lanes, p.machine, par,
                         cfg[f"{name}.ahead"].val if id(st) in p.ahead else 0)
         elif (at := cpu.vectorize_parallel(cfg, p.s, t, name, id(st) in p.lanes, p.machine,
-                                           par)) is not None:
+                                           par, slides.get(id(st), ()))) is not None:
             tile_loops[id(st)] = at
 
 

@@ -447,14 +447,16 @@ def _accumulates_rows(op) -> bool:
 
 
 def vectorize_parallel(cfg, s, T, name: str, has_lanes: bool, machine: Machine,
-                       par: bool = True):
+                       par: bool = True, slides=()):
     """Stage ``T`` vectorized along its innermost loop (knobs of :func:`simple_knobs`), its
     outer loops fused and parallel. A reduction over vector lanes is rfactored (knob
     ``lanes``); one whose lanes are independent outputs may accumulate a block of outputs
     (``rows`` x ``width``) in a local buffer (knob ``cache``: ``cache_write`` computed per
     iteration of the outer loops, its window loops outside the vector loop and unrolled
-    when short, as a pooling's). Returns ``(stage, loop)``: the iteration a producer may be
-    computed per (:func:`per_tile`), or None where there is none."""
+    when short, as a pooling's). Stencil producers ``slides`` are computed per row of its
+    strips (knob ``rows`` > 1) and stored per strip (store_at), their rows vectorized;
+    without a row loop they stay at root. Returns ``(stage, loop)``: the iteration a
+    producer may be computed per (:func:`per_tile`), or None where there is none."""
     st = s[T]
     if has_lanes and cfg[f"{name}.lanes"].val > 1:
         rf = rfactor_lanes(s, st, cfg[f"{name}.lanes"].val)
@@ -495,6 +497,10 @@ def vectorize_parallel(cfg, s, T, name: str, has_lanes: bool, machine: Machine,
     at = fuse_parallel(st, outer, par)
     if local is not None:
         _accumulate_block(s[local], st, at)
+    for p in slides if rows else ():
+        p.compute_at(st, rows[0])
+        p.store_at(st, at)
+        p.vectorize(p.op.axis[-1])
     return st, at
 
 

@@ -16,6 +16,7 @@ from ..errors import LooptuneError
 from ..lang import dtype as dt
 from ..lang.expr import BinKind, Call, Const, Load, Select, Var
 from ..lang.tensor import ComputeOp, PlaceholderOp
+from ..lang.simplify import linear_terms
 from ..lang.visitor import ExprVisitor, collect_loads, collect_vars
 from ..schedule.attach import Attach
 from ..schedule.loop_steps import STREAM_DTYPES
@@ -370,6 +371,38 @@ def feeds_one_reduction(s, st):
     if _has(st.op, Select) and len(readers) == 1 and readers[0].op.reduce_axis:
         return readers[0]
     return None
+
+
+def slides_along_rows(s, st):
+    """The one reader of injective stage ``st`` that reads it through a window of rows, as
+    blur_y reads blur_x's rows y, y + 1 and y + 2 (a 1-D stencil along the reader's row
+    axis, ``row_axis``: each load's index in one dimension is the row variable plus a
+    constant, at least two constants, the row variable in no other index), else None. Such
+    a producer may be computed per row of the reader and stored per parallel strip
+    (store_at: each row computed once per strip, not once per reading row)."""
+    readers = s.readers(st)
+    if len(readers) != 1 or st.is_output:
+        return None
+    r = readers[0]
+    op = r.op
+    if not isinstance(op, ComputeOp) or op.reduce_axis or len(op.axis) < 2 or \
+            is_contraction(op):
+        return None
+    row = op.axis[row_axis(op)].var
+    offsets: set[int] = set()
+    dims: set[int] = set()
+    for ld in collect_loads(op.body):
+        if ld.tensor is not st.tensor:
+            continue
+        for d, idx in enumerate(ld.indices):
+            if row not in collect_vars(idx):
+                continue
+            terms, c = linear_terms(idx)
+            if terms != {row: 1}:
+                return None
+            dims.add(d)
+            offsets.add(c)
+    return r if len(dims) == 1 and len(offsets) >= 2 else None
 
 
 def reads_along_row_tiles(op, producer, plan: TilePlan) -> bool:
