@@ -15,8 +15,8 @@ from ..backends.target import Target
 from ..errors import LooptuneError
 from ..lang import dtype as dt
 from ..lang.expr import BinKind, Call, Const, Load, Select, Var
-from ..lang.tensor import ComputeOp, PlaceholderOp
 from ..lang.simplify import linear_terms
+from ..lang.tensor import ComputeOp, PlaceholderOp
 from ..lang.visitor import ExprVisitor, collect_loads, collect_vars
 from ..schedule.attach import Attach
 from ..schedule.loop_steps import STREAM_DTYPES

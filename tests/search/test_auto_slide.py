@@ -30,7 +30,7 @@ def _reference(img):
 
 
 def test_the_rule_finds_row_windows_only():
-    inp, bx, by = _blur(9, 11)
+    _, bx, by = _blur(9, 11)
     s = lt.create_schedule(by)
     assert slides_along_rows(s, s[bx]) is s[by]
     # read along columns only (a 1 x 3 window in the vector axis): nothing to slide
@@ -47,7 +47,7 @@ def test_the_rule_finds_row_windows_only():
 
 def test_knob_fallback_and_slid_configs_are_exact():
     H, W = 37, 53
-    inp, bx, by = _blur(H, W)
+    inp, _, by = _blur(H, W)
     task = auto_task([inp, by], target="c -threads=2")
     space = task.config_space
     assert "blur_x.slide" in space.knobs
@@ -75,7 +75,7 @@ def test_knob_fallback_and_slid_configs_are_exact():
 
 @pytest.mark.parametrize("rows", [1])
 def test_without_a_row_loop_the_producer_stays_at_root(rows):
-    inp, bx, by = _blur(12, 40)
+    inp, _, by = _blur(12, 40)
     task = auto_task([inp, by], target="c -threads=2")
     s, args = task.instantiate(pick_config(task.config_space, {
         "blur_x.slide": True, "blur_x.inline": False, "blur_y.rows": rows}))
