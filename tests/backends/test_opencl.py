@@ -605,3 +605,18 @@ def test_shared_buffer_placement(target):
     s[AS].compute_at(s[C], tx)
     with pytest.raises(lt.ScheduleError, match="allocated inside thread loops"):
         lt.build(s, w.args, target=target)
+
+
+def test_blur_store_at_slides_per_work_group(target):
+    """store_at on OpenCL: blur_y's strips one per work-group, blur_x computed per row and
+    stored per strip (a sliding window in each work-group's private buffer)."""
+    w = util.blur(37, 53)
+    s = w.schedule()
+    by, bx = w["blur_y"], w["blur_x"]
+    y, _ = s[by].op.axis
+    yo, yi = s[by].split(y, factor=8)
+    s[by].bind(yo, "blockIdx.x")
+    s[bx].compute_at(s[by], yi)
+    s[bx].store_at(s[by], yo)
+    assert "% 4" in str(lt.lower(s, w.args))        # folded to 4 rows
+    check(s, w, target)
