@@ -63,20 +63,31 @@ def _ceil(a: int, b: int) -> int:
 
 
 def packed_algorithm(N: int, M: int, K: int, mr: int, nr: int, kc: int,
-                     dtype: str = "float32"):
+                     dtype: str = "float32", pack_a: bool = True):
     """A @ B through packed, zero-padded panels and K blocks of ``kc``; returns the tensors
-    [A, B, A_packed, B_packed, partial, C]."""
+    [A, B, A_packed, B_packed, partial, C]. ``pack_a=False``: the micro-kernel broadcasts A
+    from its rows in place (A_packed is None; partial has N rows, the tail tile guarded)."""
     A = lt.placeholder((N, K), dtype, name="A")
     B = lt.placeholder((K, M), dtype, name="B")
     NB, MB, KB = _ceil(N, mr), _ceil(M, nr), _ceil(K, kc)
-    Ap = lt.compute((NB, KB * kc, mr), lambda io, k, ii: lt.if_then_else(
-        lt.all(io * mr + ii < N, k < K), A[io * mr + ii, k], 0.0), name="A_packed")
     Bp = lt.compute((MB, KB * kc, nr), lambda jo, k, ji: lt.if_then_else(
         lt.all(jo * nr + ji < M, k < K), B[k, jo * nr + ji], 0.0), name="B_packed")
     ki = lt.reduce_axis(kc, name="ki")
-    P = lt.compute((KB, NB * mr, MB * nr), lambda ko, i, j: lt.sum(
-        Ap[i // mr, ko * kc + ki, i % mr] * Bp[j // nr, ko * kc + ki, j % nr], axis=ki),
-        name="partial")
+    if pack_a:
+        Ap = lt.compute((NB, KB * kc, mr), lambda io, k, ii: lt.if_then_else(
+            lt.all(io * mr + ii < N, k < K), A[io * mr + ii, k], 0.0), name="A_packed")
+        P = lt.compute((KB, NB * mr, MB * nr), lambda ko, i, j: lt.sum(
+            Ap[i // mr, ko * kc + ki, i % mr] * Bp[j // nr, ko * kc + ki, j % nr], axis=ki),
+            name="partial")
+    else:
+        Ap = None
+
+        def a_at(i, k):      # A in place; zero past K where the K blocks overhang it
+            return A[i, k] if KB * kc == K else lt.if_then_else(k < K, A[i, lt.min(k, K - 1)],
+                                                                0.0)
+        P = lt.compute((KB, N, MB * nr), lambda ko, i, j: lt.sum(
+            a_at(i, ko * kc + ki) * Bp[j // nr, ko * kc + ki, j % nr], axis=ki),
+            name="partial")
     if KB == 1:   # one K block: C is the partial sum itself (no zeroing and adding of C)
         C = lt.compute((N, M), lambda i, j: P[0, i, j], name="C")
     else:
@@ -90,8 +101,18 @@ B_BLOCK_L3_SHARE = 16   # a packed B block (kc x nc) within 1/16 of L3 (see the 
 
 
 def blocking(N: int, M: int, K: int, dtype: str = "float32", target: str = "c") -> dict:
-    """The hand schedule's sizes for this machine: mr, nr, kc, mc, nc and the prefetch
-    distance in rows of k (see the module doc)."""
+    """The hand schedule's sizes for this machine: mr, nr, kc, mc, nc, the prefetch
+    distance in rows of k (see the module doc) and ``pack_a`` (True: A packed).
+
+    The template's knob ``pack_a`` offers A read in place instead (each step of k
+    broadcasts mr values from mr rows of A): nothing is spent packing A, which every thread
+    otherwise does for all of A (the threads split the columns). On a 2-core Zen 3 VM (AMD
+    EPYC, family 25, AVX2), 1024^3, paired with numpy's OpenBLAS sgemm call by call in one
+    process (25 pairs), in place took 1.035-1.08x numpy's time on one thread and 1.05x on
+    two, packed 1.16-1.18x. In place has no B prefetch: with it gcc spilled one of the 12
+    accumulators (15 of the 16 ymm registers in use) and the kernel ran 2.6x slower; and
+    built with -march=haswell (not with znver3) gcc spills 7 of the 12 FMAs' accumulators
+    at kc = 1024 even without it, so the hand schedule keeps A packed and a tune decides."""
     t = lt.Target.parse(target)
     item = np.dtype(dtype).itemsize
     mr, nr = t.gemm_tile(dtype)
@@ -105,12 +126,12 @@ def blocking(N: int, M: int, K: int, dtype: str = "float32", target: str = "c") 
     nc = _ceil(_ceil(per_thread, blocks), nr) * nr
     prefetch = max(4, PREFETCH_BYTES // (nr * item))
     return {"mr": mr, "nr": nr, "kc": kc, "mc": min(mc, _ceil(N, mr) * mr), "nc": nc,
-            "prefetch": min(prefetch, kc)}
+            "prefetch": min(prefetch, kc), "pack_a": True}
 
 
 def _schedule(N, M, K, dtype, mr, nr, kc, mc, nc, prefetch=0,
-              prefetch_tensors=("B_packed",)):
-    A, B, Ap, Bp, P, C = packed_algorithm(N, M, K, mr, nr, kc, dtype)
+              prefetch_tensors=("B_packed",), pack_a=True):
+    A, B, Ap, Bp, P, C = packed_algorithm(N, M, K, mr, nr, kc, dtype, pack_a)
     s = lt.create_schedule(C)
     i, j = s[C].op.axis
     ko = s[C].op.reduce_axis        # (ko,) or () for a single K block
@@ -132,8 +153,9 @@ def _schedule(N, M, K, dtype, mr, nr, kc, mc, nc, prefetch=0,
         s[P].prefetch(s.tensor(name), pk, prefetch)
     s[Bp].compute_at(s[C], ko[0] if ko else jc)   # a kc x nc block of B, per thread
     s[Bp].vectorize(s[Bp].op.axis[2])
-    s[Ap].compute_at(s[C], ic)            # an mc x kc block of A
-    s[Ap].unroll(s[Ap].op.axis[2])
+    if Ap is not None:
+        s[Ap].compute_at(s[C], ic)        # an mc x kc block of A
+        s[Ap].unroll(s[Ap].op.axis[2])
     return s, [A, B, C]
 
 
@@ -144,20 +166,24 @@ def hand_schedule(N: int, M: int, K: int, dtype: str = "float32", target: str = 
 @lt.template(NAME)
 def template(cfg, N: int, M: int, K: int, dtype: str = "float32"):
     """The hand schedule with its blocking as knobs, each a factor of the machine's size
-    (rows of the micro-tile, kc, mc, nc, the prefetch distance; 0: none); the fallback
-    config (the first value of each knob) is the hand schedule."""
+    (rows of the micro-tile, kc, mc, nc, the prefetch distance; 0: none), and whether A is
+    packed; the fallback config (the first value of each knob) is the hand schedule."""
     b = blocking(N, M, K, dtype)
     cfg.define_knob("mr", list(dict.fromkeys([b["mr"], 8, 12, 6, 4])))   # 6 first on AVX2
     cfg.define_knob("kc_scale", [1, 0.5, 0.25, 2])
     cfg.define_knob("mc_scale", [1, 0.5, 2, 4])
     cfg.define_knob("nc_scale", [1, 0.5, 0.25, 2])
     cfg.define_knob("prefetch_scale", [1, 0, 0.5, 2])
+    cfg.define_knob("pack_a", [b["pack_a"], not b["pack_a"]])
     mr = cfg["mr"].val
     kc = max(min(8, K), min(K, int(b["kc"] * cfg["kc_scale"].val)))
     mc = min(max(mr, int(b["mc"] * cfg["mc_scale"].val) // mr * mr), _ceil(N, mr) * mr)
     nc = max(b["nr"], int(b["nc"] * cfg["nc_scale"].val) // b["nr"] * b["nr"])
-    pf = min(kc, int(b["prefetch"] * cfg["prefetch_scale"].val))
-    return _schedule(N, M, K, dtype, mr, b["nr"], kc, mc, nc, prefetch=pf)
+    packed = cfg["pack_a"].val        # the B prefetch only with A packed (see blocking)
+    base_pf = max(4, PREFETCH_BYTES // (b["nr"] * np.dtype(dtype).itemsize)) if packed else 0
+    pf = min(kc, int(base_pf * cfg["prefetch_scale"].val))   # (knob unread in place)
+    return _schedule(N, M, K, dtype, mr, b["nr"], kc, mc, nc, prefetch=pf,
+                     pack_a=packed)
 
 
 def reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
