@@ -180,40 +180,46 @@ def test_direction():
 
 # ---- errors --------------------------------------------------------------------------------
 
-def test_store_at_needs_compute_at():
-    w = blur(9, 9)
-    s = w.schedule()
-    by, bx = w["blur_y"], w["blur_x"]
+def _needs_compute_at(s, by, bx):
     y, _ = s[by].op.axis
-    with pytest.raises(ScheduleError, match=r"blur_x.*computed at root.*compute_at it first"):
-        s[bx].store_at(s[by], y)
+    return lambda: s[bx].store_at(s[by], y)
 
 
-def test_store_loop_inside_compute_loop_refused():
-    w = blur(9, 9)
-    s = w.schedule()
-    by, bx = w["blur_y"], w["blur_x"]
+def _store_loop_inside(s, by, bx):
     y, x = s[by].op.axis
     s[bx].compute_at(s[by], y)
-    with pytest.raises(ScheduleError, match=r"loop 'x' is inside 'y'.*store at 'y' or a loop "
-                                            r"outside it"):
-        s[bx].store_at(s[by], x)
+    return lambda: s[bx].store_at(s[by], x)
 
 
-def test_parallel_loop_between_refused():
-    w = blur(9, 9)
-    s = w.schedule()
-    by, bx = w["blur_y"], w["blur_x"]
+def _parallel_between(s, by, bx):
     y, _ = s[by].op.axis
     yo, yi = s[by].split(y, factor=4)
     s[by].parallel(yi)
     s[bx].compute_at(s[by], yi)
-    with pytest.raises(ScheduleError, match=r"'y.inner' of 'blur_y' is parallel.*must run in "
-                                            r"order"):
-        s[bx].store_at(s[by], yo)
+    return lambda: s[bx].store_at(s[by], yo)
 
 
-def test_parallel_after_store_at_refused_at_lowering():
+REFUSED = {   # name -> (set-up returning the refused call, the message)
+    "not computed at a loop": (_needs_compute_at,
+                               r"blur_x.*computed at root.*compute_at it first"),
+    "store loop inside the compute loop": (
+        _store_loop_inside, r"loop 'x' is inside 'y'.*store at 'y' or a loop outside it"),
+    "parallel loop between": (_parallel_between,
+                              r"'y.inner' of 'blur_y' is parallel.*must run in order"),
+}
+
+
+@pytest.mark.parametrize("name", REFUSED)
+def test_store_at_refused(name):
+    w = blur(9, 9)
+    s = w.schedule()
+    setup, message = REFUSED[name]
+    call = setup(s, w["blur_y"], w["blur_x"])
+    with pytest.raises(ScheduleError, match=message):
+        call()
+
+
+def test_annotating_after_store_at_refused_at_lowering():
     w, s = _blur_slid(9, 9, 4)
     by = w["blur_y"]
     s[by].unroll(s[by].loop("y.inner"))   # unrolled: still in order
