@@ -179,9 +179,8 @@ def template(cfg, N: int, M: int, K: int, dtype: str = "float32"):
     kc = max(min(8, K), min(K, int(b["kc"] * cfg["kc_scale"].val)))
     mc = min(max(mr, int(b["mc"] * cfg["mc_scale"].val) // mr * mr), _ceil(N, mr) * mr)
     nc = max(b["nr"], int(b["nc"] * cfg["nc_scale"].val) // b["nr"] * b["nr"])
-    packed = cfg["pack_a"].val        # the B prefetch only with A packed (see blocking)
-    base_pf = max(4, PREFETCH_BYTES // (b["nr"] * np.dtype(dtype).itemsize)) if packed else 0
-    pf = min(kc, int(base_pf * cfg["prefetch_scale"].val))   # (knob unread in place)
+    packed = cfg["pack_a"].val        # the B prefetch only with A packed (see blocking):
+    pf = min(kc, int(b["prefetch"] * cfg["prefetch_scale"].val)) if packed else 0   # unread
     return _schedule(N, M, K, dtype, mr, b["nr"], kc, mc, nc, prefetch=pf,
                      pack_a=packed)
 
