@@ -381,7 +381,15 @@ def _cell(results, workload: str, column: str, skipped: dict[str, str],
         return "no record" if column == "looptune tuned" and workload in no_record else "-"
     t, job = best
     many = sum(1 for j in results if j.workload == workload and j.column == column) > 1
-    return f"{t * 1e3:.3f}" + (f" ({job.variant})" if many and job.variant else "")
+    return f"{t * 1e3:.3f}" + _spread(results[job].times) + \
+        (f" ({job.variant})" if many and job.variant else "")
+
+
+def _spread(times: list[float]) -> str:
+    """`` ±N%``: half the range of the rounds' times over their median (none for one)."""
+    if len(times) < 2:
+        return ""
+    return f" ±{(max(times) - min(times)) / 2 / statistics.median(times):.0%}"
 
 
 def _ratio(results, workload: str, peers: tuple[str, ...], mine: tuple[str, ...],
@@ -391,7 +399,18 @@ def _ratio(results, workload: str, peers: tuple[str, ...], mine: tuple[str, ...]
         return "-"
     ratio = peer[0] / me[0]
     return f"{ratio:.2f}x" + (f" vs {peer[1].column}" if named else "") + \
-        (f" (goal {goal:.2f}x met)" if ratio >= goal else "")
+        (f" (goal {goal:.2f}x met)" if ratio >= goal else "") + \
+        _per_round(results[peer[1]].times, results[me[1]].times, goal)
+
+
+def _per_round(peer: list[float], mine: list[float], goal: float) -> str:
+    """The ratio round by round (each round measured every job once, in shuffled order, so
+    a round's two times are neighbours in time): its range, and in how many rounds the goal
+    was met; none for one round."""
+    if len(peer) < 2 or len(peer) != len(mine):
+        return ""
+    r = [p / m for p, m in zip(peer, mine)]
+    return f"; rounds {min(r):.2f}-{max(r):.2f}x, goal in {sum(x >= goal for x in r)}/{len(r)}"
 
 
 def columns(halide: tuple[str, ...], with_tuned: bool) -> tuple[list[str], list[str]]:
@@ -656,8 +675,9 @@ def main(argv=None) -> int:
     results = measure(jobs, opts)
     stolen = steal.share()
     print(table(results, opts.workloads, skipped, bool(opts.log), opts.halide, no_record))
-    print("\n(ms: median over rounds of each process's median per call; a looptune or Halide "
-          "cell names the fastest variant when there are several)")
+    print("\n(ms: median over rounds of each process's median per call, ± half the rounds' "
+          "range; a looptune or Halide cell names the fastest variant when there are several; "
+          "the ratio's rounds: the peer's time over looptune's in each round)")
     for line in skip_notes(skipped, opts.halide, no_record):
         print(line)
     print(steal_note(stolen))

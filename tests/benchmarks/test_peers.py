@@ -309,3 +309,15 @@ def test_main_prints_a_verdict_per_workload_and_no_floors_skips_them(monkeypatch
     assert "hypervisor steal: " in out          # the host's share of the run, beside the table
     assert peers.main(["--quick", "--only", "softmax", "--rounds", "1", "--no-floors"]) == 0
     assert len(asked) == 1 and "goal met" not in capsys.readouterr().out
+
+
+def test_cells_carry_the_rounds_spread_and_the_ratio_round_by_round():
+    """With several rounds a cell shows ± half the rounds' range, and the ratio its range
+    round by round and in how many rounds the goal was met (a verdict the noise can flip)."""
+    peers.parse(["--quick"])
+    results = {Job("blur", "numpy"): Result([6e-3, 8e-3, 7e-3]),
+               Job("blur", "looptune-hand", "blur"): Result([5e-3, 8e-3, 6e-3])}
+    text = peers.table(results, ["blur"], {}, False, ())
+    row = text.splitlines()[2]
+    assert "| 7.000 ±14% |" in row and "| 6.000 ±25% |" in row
+    assert row.endswith("| 1.17x vs numpy (goal 1.10x met); rounds 1.00-1.20x, goal in 2/3 |")
