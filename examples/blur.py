@@ -107,18 +107,11 @@ def slide_schedule(H: int, W: int, dtype: str = "float32", rows: int = SLIDE_ROW
     columns when fewer than W), blur_x computed per output row and stored per strip, so
     each row of blur_x is computed once per strip (two exact divisions per point instead
     of 1 + 3 when inlined) into a 4-row buffer indexed modulo 4."""
-    inp, by = algorithm(H, W, dtype)
-    bx = by.op.inputs[0]
-    s = lt.create_schedule(by)
-    y, x = s[by].op.axis
     if cols is not None and cols < W:
-        yo, xo, yi, x = s[by].tile(y, x, rows, cols)
-        strip = s[by].fuse(yo, xo)
+        s, inp, bx, by, strip = _tiles(H, W, dtype, rows, cols, stream)
     else:
-        strip, yi = s[by].split(y, factor=rows)
-    s[by].parallel(strip)
-    (s[by].stream if stream else s[by].vectorize)(x)
-    s[bx].compute_at(s[by], yi)
+        s, inp, bx, by, strip = _strips(H, W, dtype, rows, stream)
+    s[bx].compute_at(s[by], s[by].loop("y.inner"))    # blur_y's row within the strip
     s[bx].store_at(s[by], strip)
     s[bx].vectorize(s[bx].op.axis[1])
     return s, [inp, by]
@@ -155,8 +148,7 @@ def template(cfg, H: int, W: int, dtype: str = "float32"):
         return s, [inp, by]
     if where == "slide":
         rows = max(1, int(SLIDE_ROWS * cfg["rows_scale"].val))
-        s, tensors = slide_schedule(H, W, dtype, rows, cfg["tile_x"].val, stream)
-        return s, tensors
+        return slide_schedule(H, W, dtype, rows, cfg["tile_x"].val, stream)
     rows = max(1, int(strip_rows(H, W, dtype) * cfg["rows_scale"].val))
     s, inp, bx, by, yo = _strips(H, W, dtype, rows, stream)
     if where == "strip":

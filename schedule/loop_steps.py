@@ -472,11 +472,10 @@ _DONE = {Annot.VECTORIZE: "vectorized", Annot.PARALLEL: "parallel", Annot.BIND: 
          "thread index", Annot.STREAM: "streamed", Annot.UNROLL: "unrolled"}
 
 
-def check_store_at(st: Stage, prim: str) -> tuple[int, int]:
-    """``st``'s store_at against its compute_at, as the stages are now (StoreAt and the
-    lowering both ask): the host's leaf positions (store loop, compute loop), or a
-    ScheduleError naming what to change."""
-    stored = st.stored_at
+def check_store_at(st: Stage, stored: AttachAt, prim: str) -> None:
+    """Storing ``st`` at ``stored`` (host stage and loop) against its compute_at, as the
+    stages are now (StoreAt and the lowering both ask): a ScheduleError naming what to
+    change, else nothing."""
     if not isinstance(st.attach, AttachAt):
         raise st._err(prim, f"'{st.name}' is {st.attach}; store_at keeps the buffer of a "
                       "stage computed at a loop: compute_at it first, then store_at an outer "
@@ -501,7 +500,6 @@ def check_store_at(st: Stage, prim: str) -> tuple[int, int]:
                           f"the loops from '{stored.loop.name}' in to '{c.name}' share one "
                           f"buffer of '{st.name}' and must run in order, one thread: store "
                           f"at '{v.name}' or inside it, or do not {kind.value} it")
-    return lo, hi
 
 
 @dataclass(frozen=True, slots=True)
@@ -518,13 +516,7 @@ class StoreAt(Step):
         st = s.stage(self.stage)
         prim = f"store_at({self.parent}, {self.loop})"
         parent = s.stage(self.parent)
-        loop = parent.loop(self.loop)
-        old = st.stored_at
-        st.stored_at = AttachAt(parent, loop)
-        try:
-            check_store_at(st, prim)
-        finally:
-            st.stored_at = old
+        check_store_at(st, AttachAt(parent, parent.loop(self.loop)), prim)
 
     def apply(self, s: Schedule) -> None:
         parent = s.stage(self.parent)

@@ -252,7 +252,7 @@ class _Lowering:
             self.attached[(parent, loop)].append(st)
             if self._slides(st):
                 lp = st.stored_at.loop
-                check_store_at(st, f"store_at({parent.name}, {lp.name})")
+                check_store_at(st, st.stored_at, f"store_at({parent.name}, {lp.name})")
                 self.stored[(parent, lp)].append(st)
 
     @staticmethod
@@ -408,11 +408,11 @@ class _Lowering:
             sb = self._read_bounds(st, host, st.stored_at.loop)
             store = self._bind_region(st, bounds_region(sb, self.ranges), "s")
             self.store_lets[st] = store
-            dim, region = slide(bounds, loop.var, self.ranges)
+            full = bounds_region(bounds, self.ranges)
+            dim, region = slide(bounds, full, loop.var, self.ranges)
             lets = self._bind_region(st, region, "")
             if dim is not None and dim >= 0:
-                full = simplify(bounds[dim][1] - bounds[dim][0] + 1, self.ranges)
-                rows = fold_size(full, upper_bound(store[2 * dim + 1][0], self.ranges),
+                rows = fold_size(full[dim][1], upper_bound(store[2 * dim + 1][0], self.ranges),
                                  self.ranges)
                 if rows is not None:
                     self.folds[id(t)] = (dim, rows)

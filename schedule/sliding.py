@@ -15,7 +15,7 @@ dimension ``d`` is then folded: it holds the smallest power of two of rows that 
 iteration's window (4 for the blur), indexed modulo that, so the window stays in L1 however
 long the strip. A region that does not depend on ``c`` at all is computed in the first
 iteration only. A region that moves along several dimensions, or whose bounds can decrease
-(``nondecreasing`` cannot tell), is computed whole in every iteration, as compute_at does,
+(``direction`` cannot tell), is computed whole in every iteration, as compute_at does,
 into the buffer stored at ``L`` (Halide's behaviour too: storage hoisted, nothing slid).
 
 The loops from ``L`` (exclusive) to ``c`` (inclusive) run in order, one thread: serial or
@@ -75,13 +75,14 @@ def _join(a: int, b: int) -> int | None:
     return None
 
 
-def slide(bounds: list[tuple[Expr, Expr]], c: Var, ranges: dict):
-    """The part of a region (inclusive ``(lo, hi)`` per dimension, in the loop variables)
-    that iteration ``c`` computes when the iterations before it (from ``c == 0``) computed
-    theirs: ``(dim, [(min, extent), ...])`` with ``dim`` the dimension slid along (None where
-    the region is computed whole: it moves along several dimensions, or might move back),
-    or ``(-1, ...)`` when it does not depend on ``c`` (computed at ``c == 0`` only)."""
-    full = [(lo, simplify(hi - lo + Const(1, "int32"), ranges)) for lo, hi in bounds]
+def slide(bounds: list[tuple[Expr, Expr]], full: list[tuple[Expr, Expr]], c: Var,
+          ranges: dict):
+    """The part of a region (inclusive ``(lo, hi)`` per dimension, in the loop variables;
+    ``full``: the same as (min, extent), ``bound.bounds_region``) that iteration ``c``
+    computes when the iterations before it (from ``c == 0``) computed theirs: ``(dim,
+    [(min, extent), ...])`` with ``dim`` the dimension slid along (None where the region is
+    computed whole: it moves along several dimensions, or might move back), or ``(-1, ...)``
+    when it does not depend on ``c`` (computed at ``c == 0`` only)."""
     moving = [d for d, (lo, hi) in enumerate(bounds)
               if c in collect_vars(lo) or c in collect_vars(hi)]
     first = BinOp(BinKind.EQ, c, Const(0, c.dtype))

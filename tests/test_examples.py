@@ -282,3 +282,17 @@ def test_softmax_with_the_row_sum_fused_into_the_exp_loop_is_exact(N, M, lanes, 
     out = np.full_like(x, np.nan)
     lt.build(s, tensors)(x, out)
     np.testing.assert_allclose(out, sm.reference(x), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("cols", [None, 16, 53])
+@pytest.mark.parametrize("stream", [False, True])
+def test_blur_slide_schedule_is_exact(cols, stream):
+    """examples/blur.py's sliding-window schedule (strips, or tiles of ``cols`` columns):
+    blur_x stored per strip (store_at), bit for bit the float32 reference."""
+    blur = _example("blur")
+    s, tensors = blur.slide_schedule(37, 53, rows=8, cols=cols, stream=stream)
+    assert [x.primitive for x in s.steps].count("store_at") == 1
+    img = np.random.default_rng(0).random((39, 55), dtype=np.float32)
+    out = np.full((37, 53), np.nan, np.float32)
+    lt.build(s, tensors)(img, out)
+    np.testing.assert_array_equal(out, blur.reference(img))

@@ -256,6 +256,23 @@ def test_split_after_store_at_refused_at_lowering():
         lt.lower(s, w.args)
 
 
+def test_prefetch_of_a_folded_buffer_refused():
+    w = blur(13, 9)
+    s = w.schedule()
+    by, bx = w["blur_y"], w["blur_x"]
+    y, x = s[by].op.axis
+    yo, yi = s[by].split(y, factor=4)
+    xo, xi = s[by].split(x, factor=4)
+    s[by].vectorize(xi)
+    s[bx].compute_at(s[by], yi)
+    s[bx].store_at(s[by], yo)
+    s[by].prefetch(bx, xo, 1)
+    with pytest.raises(ScheduleError, match=r"prefetch\(blur_x, x.outer\): 'blur_x' is stored "
+                                            r"at an outer loop \(store_at\) in a buffer "
+                                            r"folded"):
+        lt.lower(s, w.args)
+
+
 def test_compute_at_again_drops_store_at():
     w, s = _blur_slid(9, 9, 4)
     by, bx = w["blur_y"], w["blur_x"]
