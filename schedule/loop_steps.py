@@ -468,8 +468,9 @@ class ComputeAt(Step):
                 f"{loop_ref(self.parent, self.loop)})")
 
 
-_DONE = {Annot.VECTORIZE: "vectorized", Annot.PARALLEL: "parallel", Annot.BIND: "bound to a "
-         "thread index", Annot.STREAM: "streamed", Annot.UNROLL: "unrolled"}
+ANNOT_DONE = {Annot.VECTORIZE: "vectorized", Annot.PARALLEL: "parallel",   # in error messages
+              Annot.BIND: "bound to a thread index", Annot.STREAM: "streamed",
+              Annot.UNROLL: "unrolled"}
 
 
 def check_store_at(st: Stage, stored: AttachAt, prim: str) -> None:
@@ -496,7 +497,7 @@ def check_store_at(st: Stage, stored: AttachAt, prim: str) -> None:
     for v in leaves[lo + 1:hi + 1]:
         kind = host.annotations.get(v, (None,))[0]
         if kind not in (None, Annot.UNROLL):
-            raise st._err(prim, f"loop '{v.name}' of '{host.name}' is {_DONE[kind]}, but "
+            raise st._err(prim, f"loop '{v.name}' of '{host.name}' is {ANNOT_DONE[kind]}, but "
                           f"the loops from '{stored.loop.name}' in to '{c.name}' share one "
                           f"buffer of '{st.name}' and must run in order, one thread: store "
                           f"at '{v.name}' or inside it, or do not {kind.value} it")

@@ -27,7 +27,7 @@ from .bound import (LoopNest, bounds_region, interval, loop_nest, relax_leaves, 
                     union_bounds)
 from .schedule import Schedule
 from .attach import Attach, AttachAt
-from .loop_steps import check_store_at
+from .loop_steps import ANNOT_DONE, check_store_at
 from .sliding import fold_size, slide
 from .stage import Annot, Stage
 from .stmt import (Allocate, Buffer, For, ForKind, IfThenElse, LetStmt, Stmt, Store,
@@ -297,11 +297,11 @@ class _Lowering:
                                                           Annot.BIND)), None)
                 if bad is not None:
                     raise ScheduleError(f"{prim}: fused loops '{x.name}' / '{y.name}' may "
-                                        f"not be {bad.value}d (each stage's body is a "
+                                        f"not be {ANNOT_DONE[bad]} (each stage's body is a "
                                         "statement of its own); fuse at an outer loop and "
                                         f"{bad.value} the loops inside")
                 if ka is not kb:
-                    what = lambda k: "serial" if k is None else f"{k.value}ed"  # noqa: E731
+                    what = lambda k: "serial" if k is None else ANNOT_DONE[k]  # noqa: E731
                     raise ScheduleError(f"{prim}: fused loops differ in kind: '{x.name}' of "
                                         f"'{a.name}' is {what(ka)}, '{y.name}' of "
                                         f"'{b.name}' {what(kb)}; give both the same")

@@ -170,12 +170,14 @@ def test_the_host_may_not_read_the_fused_stage():
         s[b1].compute_with(s[b2], s[b2].op.axis[0])
 
 
-@pytest.mark.parametrize("kind", ["vectorize", "stream"])
-def test_vectorized_or_streamed_fused_loops_are_refused(kind):
+@pytest.mark.parametrize(("kind", "done"), [("vectorize", "vectorized"), ("stream", "streamed")])
+def test_vectorized_or_streamed_fused_loops_are_refused(kind, done):
     w, s, b1, b2, _ = _chain_rows()
     s[b2].compute_with(s[b1], s[b1].op.axis[1])
     getattr(s[b1], kind)(s[b1].op.axis[1])
-    with pytest.raises(ScheduleError, match=f"fused loops 'j' / 'j' may not be {kind}d"):
+    with pytest.raises(ScheduleError, match=f"fused loops 'j' / 'j' may not be {done} "
+                       rf"\(each stage's body is a statement of its own\); fuse at an outer "
+                       f"loop and {kind} the loops inside"):
         lt.lower(s, w.args)
 
 
@@ -184,7 +186,7 @@ def test_fused_loops_must_be_of_one_kind():
     s[b1].parallel(s[b1].op.axis[0])
     s[b2].compute_with(s[b1], s[b1].op.axis[0])
     with pytest.raises(ScheduleError, match="fused loops differ in kind: 'i' of 'B1' is "
-                       "paralleled, 'i' of 'B2' serial; give both the same"):
+                       "parallel, 'i' of 'B2' serial; give both the same"):
         lt.lower(s, w.args)
 
 
@@ -195,7 +197,7 @@ def test_a_parallel_host_loop_cannot_carry_a_fused_reduction():
     ex = w["expx"]
     s[ex].parallel(s[ex].leaf_iter_vars[1])
     with pytest.raises(ScheduleError, match="fused loops differ in kind: 'j.outer' of 'expx' is "
-                       "paralleled, 'k2.outer' of 'rowsum.rf' serial"):
+                       "parallel, 'k2.outer' of 'rowsum.rf' serial"):
         lt.lower(s, w.args)
 
 
