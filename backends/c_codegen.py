@@ -78,6 +78,7 @@ static inline int64_t lt_chk(int64_t i, int64_t n, int site, int *status) {
 """
 
 _WRAP_OPS = (BinKind.ADD, BinKind.SUB, BinKind.MUL)
+_PREFETCH_UNROLLED_BYTES = 512   # a prefetched row up to 8 lines: no loop (visit_Prefetch)
 
 
 class _ReadsMemory(ExprVisitor):
@@ -339,10 +340,25 @@ class CCodegen(StmtVisitor):
                   f"{self.expr.visit(s.value)};")
 
     def visit_Prefetch(self, s):
+        """Every 64-byte line of the row: a row of a few lines (a constant count) as that many
+        ``__builtin_prefetch`` and one for its last byte (the row may start inside a line),
+        no loop and no compare; else the helper's loop (c_math.PREFETCH)."""
+        n = simplify(s.count, self.ranges.facts)
+        item = dt.itemsize(s.buffer.dtype)
+        base = f"(uintptr_t){self.buf_name(s.buffer)}"
+        off = f"(int64_t)({self.flat(s.buffer, s.indices)}) * {item}"
+        if isinstance(n, Const) and 0 < n.value * item <= _PREFETCH_UNROLLED_BYTES:
+            nbytes = int(n.value) * item
+            at = [f"{64 * i}" for i in range(-(-nbytes // 64))] + [f"{nbytes - 1}"]
+            self.emit(f"{{ const uintptr_t lt_pf = {base} + (uintptr_t)({off});")
+            for a in dict.fromkeys(at):
+                self.emit(f"  __builtin_prefetch((const void *)(lt_pf + {a}), 0, 3);")
+            self.emit("}")
+            return
+        if isinstance(n, Const) and n.value <= 0:
+            return
         self.helpers.add("lt_prefetch")
-        count = self.expr.visit(simplify(s.count, self.ranges.facts))
-        self.emit(f"lt_prefetch(&{self.buf_name(s.buffer)}[{self.flat(s.buffer, s.indices)}], "
-                  f"(int64_t)({count}) * {dt.itemsize(s.buffer.dtype)});")
+        self.emit(f"lt_prefetch({base}, {off}, (int64_t)({self.expr.visit(n)}) * {item});")
 
     def visit_LetStmt(self, s):
         self.emit(f"const int64_t {self.var_name(s.var)} = {self.expr.visit(s.value)};")

@@ -162,13 +162,15 @@ def _stream(name: str, ctype: str, sfx: str) -> str:
 
 
 # s[T].prefetch (schedule/prefetch.py): every 64-byte line of [p, p + bytes) asked for, read
-# intent, all cache levels. A hint: no fault, no result depends on it (a no-op where the
-# compiler's target has no prefetch instruction).
+# intent, all cache levels, p = base + off bytes. A hint: no fault, no result depends on it (a
+# no-op where the compiler's target has no prefetch instruction). The address is an integer:
+# a "nonfaulting" prefetch may reach past its buffer, which a C pointer may not.
 PREFETCH = r"""/* s[T].prefetch; see backends/c_math.py */
-static inline void lt_prefetch(const void *p, int64_t bytes) {
+static inline void lt_prefetch(uintptr_t base, int64_t off, int64_t bytes) {
   if (bytes <= 0) return;
-  const char *a = (const char *)((uintptr_t)p & ~(uintptr_t)63), *e = (const char *)p + bytes;
-  for (; a < e; a += 64) __builtin_prefetch(a, 0, 3);
+  const uintptr_t p = base + (uintptr_t)off, e = p + (uintptr_t)bytes;
+  for (uintptr_t a = p & ~(uintptr_t)63; a < e; a += 64)
+    __builtin_prefetch((const void *)a, 0, 3);
 }
 """
 

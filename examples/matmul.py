@@ -150,7 +150,7 @@ def _schedule(N, M, K, dtype, mr, nr, kc, mc, nc, prefetch=0,
     s[P].unroll(pi)
     s[P].vectorize(pj)
     for name in prefetch_tensors if prefetch else ():  # the panels, `prefetch` rows of k ahead
-        s[P].prefetch(s.tensor(name), pk, prefetch)
+        s[P].prefetch(s.tensor(name), pk, prefetch, bound="nonfaulting")   # no min: see doc
     s[Bp].compute_at(s[C], ko[0] if ko else jc)   # a kc x nc block of B, per thread
     s[Bp].vectorize(s[Bp].op.axis[2])
     if Ap is not None:

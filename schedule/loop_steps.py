@@ -320,11 +320,11 @@ def _reads(s: Schedule, st: Stage, t) -> bool:
 def _check_prefetched(st: Stage, prim: str, v: IterVar, advice: str) -> None:
     """Split and fuse keep the loops a prefetch names (like annotations: do them first); a
     SIMD or bound loop takes none."""
-    for name, lp, _, _ in st.prefetches:
+    for name, lp, *_ in st.prefetches:
         if lp is v:
             raise st._err(prim, f"loop '{v.name}' prefetches '{name}'; {advice}")
     for other in st.schedule.stages:
-        for name, _, _, along in other.prefetches:
+        for name, _, _, along, _ in other.prefetches:
             if along is not None and along[1] is v:
                 raise st._err(prim, f"loop '{v.name}' is the loop stage '{other.name}' "
                               f"prefetches '{name}' along; {advice}")
@@ -339,6 +339,9 @@ def _check_prefetch_loop(st: Stage, prim: str, v: IterVar) -> None:
                       "one SIMD or GPU step; prefetch at a loop outside it")
 
 
+PREFETCH_BOUNDS = ("clamp", "nonfaulting")   # schedule/prefetch.py says what each does
+
+
 @dataclass(frozen=True, slots=True)
 class Prefetch(Step):
     """``s[C].prefetch(T, loop, offset, along)``: ``tensor`` names the tensor T read by C;
@@ -348,6 +351,7 @@ class Prefetch(Step):
     loop: str
     offset: int = 1
     along: str | None = None
+    bound: str = "clamp"
 
     PRIMITIVES = ("prefetch",)
 
@@ -356,14 +360,18 @@ class Prefetch(Step):
 
     @property
     def args(self) -> tuple:
-        """Three arguments as before ``along`` existed (logs of any age replay, and a step
-        without it records as it always did), four with it."""
+        """Three arguments as before ``along`` and ``bound`` existed (logs of any age replay,
+        and a step without them records as it always did), four with ``along``, five with a
+        ``bound`` other than "clamp" (``along`` then None where there is none)."""
         base = (self.tensor, self.loop, self.offset)
+        if self.bound != "clamp":
+            return (*base, self.along, self.bound)
         return base if self.along is None else (*base, self.along)
 
     @classmethod
     def from_args(cls, primitive: str, stage: str, args: tuple) -> Prefetch:
-        return cls(stage, *unpack(primitive, stage, args, 4 if len(args) == 4 else 3))
+        n = len(args) if len(args) in (4, 5) else 3
+        return cls(stage, *unpack(primitive, stage, args, n))
 
     def validate(self, s: Schedule) -> None:
         st = s.stage(self.stage)
@@ -371,6 +379,10 @@ class Prefetch(Step):
         prim = f"prefetch({self.tensor}, {self.loop})"
         if self.along is not None and not isinstance(self.along, str):
             raise st._err(prim, f"along must be a loop name; got {self.along!r}")
+        if self.bound not in PREFETCH_BOUNDS:
+            raise st._err(prim, f"bound must be one of {', '.join(map(repr, PREFETCH_BOUNDS))} "
+                          f"(clamp the region into the buffer, or leave it as it is where a "
+                          f"prefetch cannot fault); got {self.bound!r}")
         off = as_size(self.offset)
         if off is None or not 1 <= off <= MAX_EXTENT:
             raise st._err(prim, f"offset must be a positive int (iterations ahead); got "
@@ -382,7 +394,7 @@ class Prefetch(Step):
         if not _reads(s, st, t):
             raise st._err(prim, f"'{st.name}' does not read '{self.tensor}' (not even through "
                           f"inlined stages); it reads {sorted({x.name for x in st.op.inputs})}")
-        if (self.tensor, v) in {(n, lp) for n, lp, _, _ in st.prefetches}:
+        if (self.tensor, v) in {(n, lp) for n, lp, *_ in st.prefetches}:
             raise st._err(prim, f"'{self.tensor}' is already prefetched at loop '{v.name}'; "
                           "prefetch it once per loop")
         _check_prefetch_loop(st, prim, v)
@@ -399,12 +411,13 @@ class Prefetch(Step):
     def apply(self, s: Schedule) -> None:
         st = s.stage(self.stage)
         along = None if self.along is None else along_loop(s, st, self.along, "prefetch")
-        st.prefetches.append((self.tensor, st.loop(self.loop), self.offset, along))
+        st.prefetches.append((self.tensor, st.loop(self.loop), self.offset, along, self.bound))
 
     def __str__(self) -> str:
         along = "" if self.along is None else f", along={self.along!r}"
+        bound = "" if self.bound == "clamp" else f", bound={self.bound!r}"
         return (f"{stage_ref(self.stage)}.prefetch({tensor_ref(self.tensor)}, "
-                f"{loop_ref(self.stage, self.loop)}, {self.offset}{along})")
+                f"{loop_ref(self.stage, self.loop)}, {self.offset}{along}{bound})")
 
 
 def along_loop(s: Schedule, st: Stage, name: str, prim: str):

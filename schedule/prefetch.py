@@ -10,6 +10,16 @@ region at the attach point), so no address outside the buffer is ever formed. Th
 region (every dimension but the last) become loops around one ``Prefetch`` of the row's
 elements; code generators fetch each cache line of it.
 
+``bound="nonfaulting"`` (Halide's ``PrefetchBoundStrategy::NonFaulting``) leaves the region
+as it is: ``loop + offset`` unclamped and no clamp into the buffer, so the last ``offset``
+iterations ask for lines past the region (the next panel of a packed buffer, or past the
+buffer's end). That is for targets whose prefetch instruction never faults (x86's
+``prefetcht0``, ARM's ``PRFM``: C's ``__builtin_prefetch``; the C code generator forms the
+address as an integer, so no pointer outside a buffer exists). Its worth is the address: the
+clamp's ``min`` costs a micro-kernel five integer instructions per iteration, 10% of a 6 x 16
+AVX2 sgemm tile's time on a Zen 3 (1024^3, one thread: 35.4 ms clamped, 31.9 unclamped,
+31.5 without the prefetch).
+
 With ``along`` (a loop of a stage ``C`` is computed at, enclosing the attach point) ``loop``
 is not moved: the loop ``along`` is, ``offset`` iterations ahead (clamped to its last), in the
 indices after the attach point's region variables are substituted. Each iteration of ``loop``
@@ -51,18 +61,21 @@ def _with_lets(e: Expr, lets: dict) -> Expr:
 def prefetch_stmts(lw: _Lowering, st: Stage, lvl: int, extents: list[Expr]) -> list[Stmt]:
     """The prefetches ``st`` asked for at its loop ``st.leaf_iter_vars[lvl]``."""
     leaf = st.leaf_iter_vars[lvl]
-    return [_prefetch(lw, st, lvl, extents, name, offset, along)
-            for name, loop, offset, along in st.prefetches if loop is leaf]
+    return [_prefetch(lw, st, lvl, extents, name, offset, along, bound == "nonfaulting")
+            for name, loop, offset, along, bound in st.prefetches if loop is leaf]
 
 
-def _along_shift(lw: _Lowering, st: Stage, along, offset: int, prim: str) -> tuple[Var, Expr]:
+def _along_shift(lw: _Lowering, st: Stage, along, offset: int, prim: str,
+                 clamp: bool = True) -> tuple[Var, Expr]:
     """(the host loop's variable, its value ``offset`` iterations ahead, clamped to its last
-    iteration) for ``prefetch(..., along=)``; the host loop must still enclose ``st``."""
+    iteration unless not ``clamp``) for ``prefetch(..., along=)``; the host loop must still
+    enclose ``st``."""
     host, loop = along
     for _, h, enclosing in enclosing_hosts(st):
         if h is host and enclosing is not None and loop in enclosing:
             ext = lw.nests[host].extents[loop]
-            return loop.var, _min(loop.var + _c(offset), ext - _c(1))
+            ahead = loop.var + _c(offset)
+            return loop.var, _min(ahead, ext - _c(1)) if clamp else ahead
     raise ScheduleError(f"{prim}: along loop '{host.name}.{loop.name}' no longer encloses "
                         f"'{st.name}' (it was split or fused, or '{st.name}' was computed "
                         "elsewhere after the prefetch); prefetch along a loop that encloses "
@@ -70,7 +83,7 @@ def _along_shift(lw: _Lowering, st: Stage, along, offset: int, prim: str) -> tup
 
 
 def _prefetch(lw: _Lowering, st: Stage, lvl: int, extents: list[Expr], name: str,
-              offset: int, along=None) -> Stmt:
+              offset: int, along=None, nonfaulting: bool = False) -> Stmt:
     leaf = st.leaf_iter_vars[lvl]
     prim = f"stage '{st.name}': prefetch({name}, {leaf.name})"
     t = lw.s.tensor(name)
@@ -93,9 +106,11 @@ def _prefetch(lw: _Lowering, st: Stage, lvl: int, extents: list[Expr], name: str
     relax_leaves(nest, st.leaf_iter_vars[lvl + 1:], env, lw.ranges)
     env = {v: (_with_lets(lo, lets), _with_lets(hi, lets)) for v, (lo, hi) in env.items()}
     if along is None:     # this loop, offset iterations ahead
-        shift, late = {leaf.var: _min(leaf.var + _c(offset), extents[lvl] - _c(1))}, {}
+        ahead = leaf.var + _c(offset)
+        shift = {leaf.var: ahead if nonfaulting else _min(ahead, extents[lvl] - _c(1))}
+        late: dict = {}
     else:                 # this iteration of the loop, in a later iteration of `along`
-        var, ahead_along = _along_shift(lw, st, along, offset, prim)
+        var, ahead_along = _along_shift(lw, st, along, offset, prim, clamp=not nonfaulting)
         shift, late = {}, {var: ahead_along}
     buf = lw.buffers[id(t)]
     offs = lw.offsets.get(id(t)) or [_c(0)] * t.ndim
@@ -114,10 +129,13 @@ def _prefetch(lw: _Lowering, st: Stage, lvl: int, extents: list[Expr], name: str
             lo = r[0] if lo is None else simplify(_min(lo, r[0]), lw.ranges)
             hi = r[1] if hi is None else simplify(_max(hi, r[1]), lw.ranges)
         # into the buffer: its region starts at offs[d] and holds the buffer's extent there
-        size = _with_lets(_region_extent(lw, t, d), lets)
         off = _with_lets(offs[d], lets)
-        lo_b = simplify(_max(lo - off, _c(0)), lw.ranges)
-        hi_b = simplify(_min(hi - off, size - _c(1)), lw.ranges)
+        if nonfaulting:   # as it is: past the buffer's end only where the shift takes it
+            lo_b, hi_b = simplify(lo - off, lw.ranges), simplify(hi - off, lw.ranges)
+        else:
+            size = _with_lets(_region_extent(lw, t, d), lets)
+            lo_b = simplify(_max(lo - off, _c(0)), lw.ranges)
+            hi_b = simplify(_min(hi - off, size - _c(1)), lw.ranges)
         region.append((lo_b, simplify(_max(hi_b - lo_b + _c(1), _c(0)), lw.ranges)))
     *rows, (last_lo, count) = region
     row_vars = [Var(f"{name}.prefetch{d}") for d in range(len(rows))]

@@ -73,8 +73,8 @@ class Stage:
         self.all_iter_vars: list[IterVar] = list(self.leaf_iter_vars)
         self.relations: list[Split | Fuse] = []
         self.annotations: dict[IterVar, tuple[Annot, str | int | None]] = {}
-        # (tensor, loop, offset, None or (host stage, its loop) for along=)
-        self.prefetches: list[tuple[str, IterVar, int, tuple | None]] = []
+        # (tensor, loop, offset, None or (host stage, its loop) for along=, bound)
+        self.prefetches: list[tuple[str, IterVar, int, tuple | None, str]] = []
         self.fused_with = None
 
     @property
@@ -100,9 +100,9 @@ class Stage:
             str(self.attach), self.scope,
             "" if self.fused_with is None else
             f"{self.fused_with.stage.name}.{self.fused_with.loop.name}",
-            tuple(sorted((t, v.name, off) if a is None else
-                         (t, v.name, off, f"{a[0].name}.{a[1].name}")
-                         for t, v, off, a in self.prefetches)),
+            tuple(sorted((t, v.name, off, *(() if a is None else (f"{a[0].name}.{a[1].name}",)),
+                          *(() if b == "clamp" else (b,)))
+                         for t, v, off, a, b in self.prefetches)),
             "" if self.stored_at is None else
             f"{self.stored_at.stage.name}.{self.stored_at.loop.name}")
 
@@ -242,7 +242,7 @@ class Stage:
         self._annotate(Annot.STREAM, loop)
 
     def prefetch(self, tensor, loop: IterVar, offset: int = 1,
-                 along: IterVar | None = None) -> None:
+                 along: IterVar | None = None, bound: str = "clamp") -> None:
         """At the top of each iteration of ``loop``, ask the caches for the part of
         ``tensor`` (read by this stage) that iteration ``loop + offset`` will read: a hint
         that never changes a result (Halide's and TVM's ``prefetch``). For an operand
@@ -270,6 +270,14 @@ class Stage:
         e[jo*128 + ...] = exp(x[io, ...] - m)``. The tensor must be an argument or computed at
         root (an attached buffer holds one iteration's values).
 
+        ``bound``: ``"clamp"`` (the default) keeps every address inside the buffer, the last
+        iterations fetching the last region again (the ``min`` above); ``"nonfaulting"``
+        (Halide's ``PrefetchBoundStrategy::NonFaulting``) leaves the region as it is, so the
+        last ``offset`` iterations ask for lines past it: the address has no ``min`` (five
+        integer instructions fewer per iteration of a micro-kernel). For the C target, whose
+        prefetches never fault (the address is formed as an integer, not a pointer); OpenCL
+        drops every prefetch either way.
+
         Raises ``ScheduleError`` (naming the stage, tensor and loop) for a tensor the stage
         does not read, its own output, an offset below 1, a SIMD or bound loop, the same
         tensor twice at one loop; lowering, for a buffer not allocated around the loop
@@ -296,7 +304,7 @@ class Stage:
                                 f"enclosing '{self.name}' where it is computed (that one is "
                                 f"'{host.name}.{found.name}'); give the loops distinct names")
         self.schedule.apply_step(ls.Prefetch(self.name, name, v.name, offset,
-                                             getattr(along, "name", along)))
+                                             getattr(along, "name", along), bound))
 
     def bind(self, loop: IterVar, tag: str) -> None:
         """Bind ``loop`` to a GPU index: ``blockIdx.x|y|z`` or ``threadIdx.x|y|z``."""

@@ -99,7 +99,8 @@ class Prefetch(Stmt):
     """A hint, never a read: fetch into the caches every line of ``buffer`` from element
     ``indices`` through ``count`` elements along the last dimension (``s[T].prefetch``).
     Results never depend on it; C emits ``__builtin_prefetch`` per cache line, OpenCL
-    nothing. Lowering clamps ``indices`` and ``count`` into the buffer."""
+    nothing. Lowering clamps ``indices`` and ``count`` into the buffer, except for a
+    ``bound="nonfaulting"`` prefetch (schedule/prefetch.py)."""
 
     buffer: Buffer
     indices: tuple[Expr, ...]

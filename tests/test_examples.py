@@ -12,6 +12,7 @@ from looptune.backends.compiler import flags_for, predefined_macros
 from looptune.operators import load_operators
 from looptune.report import make_arrays
 from looptune.search.space import FallbackConfig
+from util import prefetches
 from util import pick_config
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -207,9 +208,9 @@ def test_matmul_micro_kernel_prefetches_its_b_panel_2_kib_ahead(target):
     s, tensors = mm.hand_schedule(40, 70, 50, target=target)
     (step,) = [x for x in s.steps if x.primitive == "prefetch"]
     assert (step.stage, step.tensor, step.loop) == ("partial", "B_packed", "ki")
-    assert step.offset == min(b["prefetch"], 50)
+    assert step.offset == min(b["prefetch"], 50) and step.bound == "nonfaulting"
     src = lt.build(s, tensors, target=target).source
-    assert "lt_prefetch(&B_packed[" in src and "lt_prefetch(&A_packed[" not in src
+    assert prefetches(src, "B_packed") and not prefetches(src, "A_packed")
     task = lt.search.create_task("matmul", (40, 70, 50))
     space = task.config_space
     s0, _ = task.instantiate(pick_config(space, {"prefetch_scale": 0}))
@@ -220,7 +221,7 @@ def test_matmul_micro_kernel_prefetches_its_b_panel_2_kib_ahead(target):
     assert [str(x) for x in fallback.steps] == [str(x) for x in hand]
     inplace, args = task.instantiate(pick_config(space, {"pack_a": False}))
     src = lt.build(inplace, args).source
-    assert "A_packed" not in src and "lt_prefetch" not in src
+    assert "A_packed" not in src and "prefetch" not in src
 
 
 @pytest.mark.parametrize("pack_a", [True, False])

@@ -345,3 +345,9 @@ def shared_tiles(w: Workload):
         s[X].bind(a0, "threadIdx.y")
         s[X].bind(a1, "threadIdx.x")
     return s
+
+
+def prefetches(src: str, name: str) -> bool:
+    """Whether generated C prefetches buffer ``name``: a row of a few lines inline
+    (``(uintptr_t)name + ...``, c_codegen.visit_Prefetch), a longer one through the helper."""
+    return f"= (uintptr_t){name} + " in src or f"lt_prefetch((uintptr_t){name}, " in src

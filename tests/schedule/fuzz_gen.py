@@ -262,8 +262,9 @@ def _compute_root(s, st, rng, bad):
 
 
 def _prefetch(s, st, rng, bad):
-    """A tensor the stage reads, at one of its loops, some iterations ahead (bad: its own
-    output, a tensor it does not read, a stale loop or offset 0/-1)."""
+    """A tensor the stage reads, at one of its loops, some iterations ahead, clamped or not
+    (bad: its own output, a tensor it does not read, a stale loop, offset 0/-1 or an unknown
+    bound)."""
     reads = list(st.op.inputs)
     t = _choice(rng, reads) if reads else st.tensor
     if bad and rng.random() < 0.5:
@@ -272,11 +273,13 @@ def _prefetch(s, st, rng, bad):
     offset = int(_choice(rng, (0, -1))) if bad and rng.random() < 0.3 else \
         int(_choice(rng, (1, 2, 3, 8, 16)))
     along = _along(s, st, rng, bad)
+    # clamped into the buffer, or as it is (past the buffer's end: never a fault); bad: a typo
+    bound = _choice(rng, ("clamp", "nonfaulting", *(("non_faulting",) if bad else ())))
+    text = f"s[{st.name}].prefetch({t.name}, {getattr(loop, 'name', loop)}, {offset}"
     if along is not None:    # the same iteration of `loop`, `offset` iterations of `along` ahead
-        return (f"s[{st.name}].prefetch({t.name}, {getattr(loop, 'name', loop)}, {offset}, "
-                f"along={along.name})"), lambda: st.prefetch(t, loop, offset, along=along)
-    return f"s[{st.name}].prefetch({t.name}, {getattr(loop, 'name', loop)}, {offset})", \
-        lambda: st.prefetch(t, loop, offset)
+        text += f", along={along.name}"
+    return f"{text}, bound={bound!r})", \
+        lambda: st.prefetch(t, loop, offset, along=along, bound=bound)
 
 
 def _along(s, st, rng, bad):

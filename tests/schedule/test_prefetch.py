@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 from sanitizer_runner import sanitizer_env
-from util import ALIVE
+from util import ALIVE, prefetches
 
 import looptune as lt
 from looptune.lang.expr import Const, Var
@@ -58,7 +58,7 @@ def _run(s, args, seed=0):
 def test_gemm_panels_prefetched_is_bit_for_bit_the_same(n, m, k, offset):
     plain = _run(*_gemm(n, m, k))[1]
     ins, got, f = _run(*_gemm(n, m, k, prefetch=[("B_packed", offset), ("A_packed", offset)]))
-    assert "lt_prefetch(&B_packed[" in f.source and "lt_prefetch(&A_packed[" in f.source
+    assert prefetches(f.source, "B_packed") and prefetches(f.source, "A_packed")
     np.testing.assert_array_equal(got, plain)
     np.testing.assert_allclose(got, ins[0] @ ins[1], rtol=1e-5, atol=1e-5)
 
@@ -207,10 +207,13 @@ def test_generated_c_fetches_each_line_ahead_and_clamps_the_iteration():
     assert "prefetch B_packed[j.inner.outer, min((ki + 16), 31), 0] x 16" in text, text
     assert text.count("prefetch B_packed") == 1, text
     src = lt.build(s, args).source
-    assert "__builtin_prefetch(a, 0, 3)" in src
-    assert "lt_prefetch(&A_packed" not in src       # only what was asked for
+    # a row of 16 floats, one line: its first byte and its last (it may start inside a line)
+    assert "__builtin_prefetch((const void *)(lt_pf + 0), 0, 3);" in src
+    assert "__builtin_prefetch((const void *)(lt_pf + 63), 0, 3);" in src
+    assert "lt_prefetch(" not in src                # no loop, no helper for a short row
+    assert not prefetches(src, "A_packed")          # only what was asked for
     plain = lt.build(*_gemm(32, 64, 64)).source
-    assert "lt_prefetch" not in plain               # no helper when nothing prefetches
+    assert "prefetch" not in plain                  # no helper when nothing prefetches
 
 
 def test_steps_print_serialise_replay_and_state():
@@ -348,7 +351,7 @@ s, args = matmul._schedule(13, 37, 29, "float32", 4, 16, 16, 8, 32)
 P = s.stage("partial")
 ki = P.loop("ki")
 P.prefetch(s.tensor("B_packed"), ki, 40)
-P.prefetch(s.tensor("A_packed"), ki, 3)
+P.prefetch(s.tensor("A_packed"), ki, 3, bound="nonfaulting")   # past its buffer: no report
 f = lt.build(s, args, target="c -sanitize=address,undefined")
 rng = np.random.default_rng(0)
 a = rng.uniform(-1, 1, (13, 29)).astype("float32")
@@ -413,7 +416,7 @@ def test_prefetch_along_fetches_each_chunk_of_a_later_row_and_changes_nothing(N,
     s2[e2].prefetch(x2, jo2, offset, along="i.outer")
     assert str(lt.lower(s2, [x2, out2])) == lowered
     src = f.source
-    assert src.count("lt_prefetch(") >= 2                   # the helper and the call
+    assert prefetches(src, "x")
 
 
 def test_prefetch_along_replays_from_json_and_old_records_still_replay():
@@ -537,3 +540,143 @@ def test_random_row_pipelines_with_prefetch_along_are_exact(seeds):
         text = str(lt.lower(s, args))
         if want.shape[0] > 3 and "along=i.outer" in what:   # later rows exist: fetched
             assert "prefetch x" in text, what + text
+
+
+# ---- bound="nonfaulting": the region as it is, no clamp --------------------------------------
+
+def _gemm_nf(n, m, k, offset, kc=16, **kw):
+    s, args = matmul._schedule(n, m, k, "float32", 4, 16, kc, 8, 32, **kw)
+    P = s.stage("partial")
+    ki = P.loop("ki")
+    P.prefetch(s.tensor("B_packed"), ki, offset, bound="nonfaulting")
+    P.prefetch(s.tensor("A_packed"), ki, offset, bound="nonfaulting")
+    return s, args
+
+
+@pytest.mark.parametrize("n,m,k", [(8, 32, 16), (13, 37, 29), (1, 5, 3), (33, 70, 47)])
+@pytest.mark.parametrize("offset", [1, 3, 16, 1000])
+def test_nonfaulting_prefetch_is_bit_for_bit_the_same(n, m, k, offset):
+    plain = _run(*_gemm(n, m, k))[1]
+    ins, got, f = _run(*_gemm_nf(n, m, k, offset))
+    assert prefetches(f.source, "B_packed")
+    np.testing.assert_array_equal(got, plain)
+    np.testing.assert_allclose(got, ins[0] @ ins[1], rtol=1e-5, atol=1e-5)
+
+
+def test_nonfaulting_prefetch_leaves_the_iteration_unclamped():
+    s, args = matmul._schedule(32, 64, 64, "float32", 4, 16, 32, 8, 32)
+    P = s.stage("partial")
+    P.prefetch(s.tensor("B_packed"), P.loop("ki"), 16, bound="nonfaulting")
+    text = str(lt.lower(s, args))
+    assert "prefetch B_packed[j.inner.outer, (ki + 16), 0] x 16" in text, text
+    assert "min((ki + 16)" not in text, text
+    src = lt.build(s, args).source
+    # the address is an integer: past the buffer is no pointer C forbids
+    assert "lt_pf = (uintptr_t)B_packed + (uintptr_t)((int64_t)((((j_inner_outer * 512) + " \
+        "(ki * 16)) + 256)) * 4);" in src, src
+
+
+def test_nonfaulting_regions_are_the_clamped_ones_moved_on():
+    """Walking every iteration of a case with tails (13 x 37 x 29, 4 x 16 tiles, kc 16): each
+    nonfaulting prefetch at iteration ki asks for row ki + 5 of the packed block, past its 16
+    rows in the last 5 iterations; the clamped twin asks for min(ki + 5, 15)."""
+    def regions(bound):
+        s, args = matmul._schedule(13, 37, 29, "float32", 4, 16, 16, 8, 32)
+        P = s.stage("partial")
+        P.prefetch(s.tensor("B_packed"), P.loop("ki"), 5, bound=bound)
+        seen: list = []
+        _walk_any(lt.lower(s, args).body, {}, seen)
+        return seen
+    clamped, free = regions("clamp"), regions("nonfaulting")
+    assert len(free) > 100 and len(clamped) > 100
+    assert all(n == "B_packed" and c == 16 and i[1] == ki + 5 for n, i, c, ki in free)
+    assert all(c == 16 and i[1] == min(ki + 5, 15) for _, i, c, ki in clamped)
+    assert max(i[1] for _, i, _, _ in free) == 20          # past the buffer's 16 rows of k
+
+
+def _walk_any(s, env, seen):
+    """_walk without the inside-the-buffer check; records the value of loop ki too."""
+    if isinstance(s, Seq):
+        for x in s.stmts:
+            _walk_any(x, env, seen)
+    elif isinstance(s, For):
+        lo = _value(s.min, env)
+        for i in range(lo, lo + _value(s.extent, env)):
+            _walk_any(s.body, {**env, s.var: Const(i, "int32")}, seen)
+    elif isinstance(s, LetStmt):
+        _walk_any(s.body, {**env, s.var: Const(_value(s.value, env), "int32")}, seen)
+    elif isinstance(s, IfThenElse):
+        c = simplify(substitute(s.cond, env))
+        if not isinstance(c, Const) or c.value:
+            _walk_any(s.then, env, seen)
+        if s.orelse is not None and (not isinstance(c, Const) or not c.value):
+            _walk_any(s.orelse, env, seen)
+    elif isinstance(s, Allocate):
+        _walk_any(s.body, env, seen)
+    elif isinstance(s, Prefetch):
+        ki = next(v.value for k, v in env.items() if k.name == "ki")
+        seen.append((s.buffer.name, tuple(_value(i, env) for i in s.indices),
+                     _value(s.count, env), ki))
+
+
+def test_nonfaulting_along_unclamped_and_exact():
+    s, x, e, out, io, jo = _rows(9, 48, 32)
+    s[e].prefetch(x, jo, 3, along=io, bound="nonfaulting")
+    text = str(lt.lower(s, [x, out]))
+    assert "prefetch x[(i.outer + 3), (j.outer * 32)]" in text and "min((i.outer" not in text
+    f = lt.build(s, [x, out])
+    a = np.random.default_rng(1).random((9, 48), dtype=np.float32)
+    got = np.empty_like(a)
+    f(a, got)
+    np.testing.assert_array_equal(got, (a * np.float32(3) + np.float32(1)) * np.float32(2))
+
+
+def test_nonfaulting_step_prints_serialises_and_replays():
+    from looptune.schedule.steps import Step
+    s, args = _gemm_nf(13, 37, 29, 16)
+    step = s.steps[-1]
+    assert str(step) == ("s[partial].prefetch(A_packed, s[partial].loop('ki'), 16, "
+                         "bound='nonfaulting')")
+    assert step.to_json() == ["prefetch", "partial", ["A_packed", "ki", 16, None,
+                                                      "nonfaulting"]]
+    assert Step.from_json(step.to_json()) == step
+    again = lt.replay(lt.create_schedule(args[-1]), steps_mod.loads(steps_mod.dumps(s.steps)))
+    assert str(lt.lower(again, args)) == str(lt.lower(s, args))
+    fresh, _ = matmul._schedule(13, 37, 29, "float32", 4, 16, 16, 8, 32)
+    ns = steps_mod.namespace(fresh)
+    for st in s.steps[-2:]:
+        exec(str(st), ns)
+    assert fresh.state == s.state
+    # the bound is part of the program: the clamped twin is another state
+    assert _gemm(13, 37, 29, prefetch=[("B_packed", 16), ("A_packed", 16)])[0].state != s.state
+    s2, x, e, _, io, jo = _rows()
+    s2[e].prefetch(x, jo, 2, along=io, bound="nonfaulting")
+    rec = s2.steps[-1].to_json()
+    assert rec == ["prefetch", "e", ["x", "j.outer", 2, "i.outer", "nonfaulting"]]
+    assert Step.from_json(rec) == s2.steps[-1]
+
+
+@pytest.mark.parametrize("bad", ["clip", None, 3, "NonFaulting"])
+def test_a_bound_other_than_clamp_or_nonfaulting_is_refused(bad):
+    s, _ = matmul._schedule(13, 37, 29, "float32", 4, 16, 16, 8, 32)
+    P = s.stage("partial")
+    with pytest.raises(lt.ScheduleError, match=r"stage 'partial': prefetch\(B_packed, ki\): "
+                       r"bound must be one of 'clamp', 'nonfaulting' \(clamp the region into "
+                       rf"the buffer, or leave it as it is where a prefetch cannot fault\); "
+                       rf"got {re.escape(repr(bad))}"):
+        P.prefetch(s.tensor("B_packed"), P.loop("ki"), 4, bound=bad)
+    assert not any(st.__class__.__name__ == "Prefetch" for st in s.steps)
+
+
+def test_a_long_row_goes_through_the_helper_loop_and_stays_exact():
+    """A row of more than 8 lines (256 floats) is fetched by lt_prefetch's loop, line by
+    line; the result is the same."""
+    s, x, e, out, io, jo = _rows(7, 512, 256)
+    s[e].prefetch(x, jo, 1, along=io)
+    f = lt.build(s, [x, out])
+    assert "lt_prefetch((uintptr_t)x, " in f.source and "lt_pf" not in f.source
+    assert "__builtin_prefetch((const void *)a, 0, 3);" in f.source
+    a = np.random.default_rng(2).random((7, 512), dtype=np.float32)
+    got = np.empty_like(a)
+    f(a, got)
+    np.testing.assert_array_equal(got, (a * np.float32(3) + np.float32(1)) * np.float32(2))
