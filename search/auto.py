@@ -105,7 +105,7 @@ from .task import Task
 from .template import DagTemplate, find_template, register
 from .tuners import make_tuner, tuner_class
 
-SKETCH_VERSION = 12    # 2: row statistics computed per row of their output
+SKETCH_VERSION = 13    # 2: row statistics computed per row of their output
                       # 3: epilogue chains (contraction -> bias -> activation)
                       # 4: multi-level tiling, packing, the rfactor rule, sized by the machine
                       # 5: knob 'parallel' (small kernels on one thread)
@@ -129,6 +129,7 @@ SKETCH_VERSION = 12    # 2: row statistics computed per row of their output
                       # 12: a stencil producer read through a window of its reader's rows
                       #    may be computed per row and stored per parallel strip
                       #    (<stage>.slide: store_at, each row computed once per strip)
+                      # 13: the streamed operand's prefetch unclamped (bound="nonfaulting")
 
 # ---- the DAG ---------------------------------------------------------------------------------
 
