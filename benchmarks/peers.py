@@ -480,13 +480,15 @@ def floor_spec(workload: str, args: tuple) -> tuple[str, float | tuple[int, int]
 def floors_worker(workloads: list[str], threads: int, rounds: int = 3) -> dict:
     """In a fresh process: the FMA peak on ``threads`` threads (benchmarks/fma_peak.py) and,
     for each streaming workload, the time of y = 2x over its shape (benchmarks/memory_floor.py's
-    ``scale``, median of ``rounds`` blocks of at least 20 ms)."""
+    ``scale`` and ``streamed_scale``, median of ``rounds`` blocks of at least 20 ms each; the
+    floor is the faster, ``stream_nt`` says whether that was the streamed one: a kernel may
+    stream its output too)."""
     import tempfile
 
     import fma_peak
     import memory_floor
     import numpy as np
-    out: dict = {"stream_s": {}}
+    out: dict = {"stream_s": {}, "stream_nt": {}}
     specs = {w: floor_spec(w, _ARGS[w]) for w in workloads}
     if any(kind == "fma" for kind, _ in specs.values()):
         from looptune.backends.target import default_march
@@ -496,9 +498,12 @@ def floors_worker(workloads: list[str], threads: int, rounds: int = 3) -> dict:
     for w, (kind, shape) in specs.items():
         if kind == "stream":
             scale, _ = memory_floor.kernels(*shape, threads)
+            streamed = memory_floor.streamed_scale(*shape, threads)
             a = np.random.default_rng(0).random(shape, dtype=np.float32)
             b = np.empty_like(a)
-            out["stream_s"][w] = _time(lambda f=scale, x=a, y=b: f(x, y), 0.02, rounds)
+            plain = _time(lambda f=scale, x=a, y=b: f(x, y), 0.02, rounds)
+            nt = _time(lambda f=streamed, x=a, y=b: f(x, y), 0.02, rounds)
+            out["stream_s"][w], out["stream_nt"][w] = min(plain, nt), nt < plain
     return out
 
 
@@ -570,7 +575,9 @@ def _floor(workload: str, floors: dict) -> tuple[float | None, str]:
     if not t:
         return None, "the memory floor was not measured"
     mib = size[0] * size[1] * 4 / 2**20
-    return t, f"y = 2x over {size[0]}x{size[1]} float32: {mib:g} MiB read and {mib:g} written"
+    how = ", streaming stores" if floors.get("stream_nt", {}).get(workload) else ""
+    return t, (f"y = 2x over {size[0]}x{size[1]} float32: {mib:g} MiB read and {mib:g} "
+               f"written{how}")
 
 
 def parse(argv=None):

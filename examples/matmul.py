@@ -38,6 +38,12 @@ paired in one process, 1024^3, on a 2-core Xeon (Emerald Rapids, AVX-512), media
 interleaved calls: one thread 14.78 -> 14.47 ms (d = 16; 8: 14.45), two threads 10.90 ->
 10.10 ms; prefetching the A panel too was no better (14.46 one thread) and slower on two
 threads (11.33). The template's ``prefetch_scale`` knob lets a tune choose (0: none).
+The prefetch is ``bound="nonfaulting"``: its address has no ``min(ki + d, kc - 1)`` (the last
+d steps ask for the next panel's first rows). Clamped, the address cost the AVX2 tile (12 FMAs
+a step) five integer instructions a step: on a 2-core Zen 3 VM (AMD EPYC, family 25, AVX2),
+1024^3, one thread, interleaved blocks: 35.4 ms clamped, 31.9 unclamped, 31.5 without. On two
+threads there the prefetch still costs 6% (17.4 against 16.5 ms; the Xeon gained 8%), so a
+tune on such a machine picks ``prefetch_scale`` 0.
 """
 from __future__ import annotations
 
@@ -109,10 +115,13 @@ def blocking(N: int, M: int, K: int, dtype: str = "float32", target: str = "c") 
     otherwise does for all of A (the threads split the columns). On a 2-core Zen 3 VM (AMD
     EPYC, family 25, AVX2), 1024^3, paired with numpy's OpenBLAS sgemm call by call in one
     process (25 pairs), in place took 1.035-1.08x numpy's time on one thread and 1.05x on
-    two, packed 1.16-1.18x. In place has no B prefetch: with it gcc spilled one of the 12
-    accumulators (15 of the 16 ymm registers in use) and the kernel ran 2.6x slower; and
-    built with -march=haswell (not with znver3) gcc spills 7 of the 12 FMAs' accumulators
-    at kc = 1024 even without it, so the hand schedule keeps A packed and a tune decides."""
+    two, packed 1.16-1.18x (with the clamped B prefetch; without a prefetch, or unclamped
+    on one thread, packed and in place ran alike: 29.5-30.0 against 29.7 ms one thread,
+    15.6 against 15.7 two). In place has no B prefetch: with the clamped one gcc spilled
+    one of the 12 accumulators (15 of the 16 ymm registers in use) and the kernel ran 2.6x
+    slower, unclamped it is still 7% (one thread) to 24% (two) slower; and built with
+    -march=haswell (not with znver3) gcc spills 7 of the 12 FMAs' accumulators at kc = 1024
+    even without it, so the hand schedule keeps A packed and a tune decides."""
     t = lt.Target.parse(target)
     item = np.dtype(dtype).itemsize
     mr, nr = t.gemm_tile(dtype)

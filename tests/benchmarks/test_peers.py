@@ -273,6 +273,11 @@ def test_verdicts_say_met_out_of_reach_or_within_reach_with_the_floor():
                                 "torch needs 97% of the floor's speed (0.620 ms: y = 2x over "
                                 "4096x1024 float32: 16 MiB read and 16 written)")
     assert layernorm.endswith("looptune runs at 90%, torch at 89%")
+    # the streamed y = 2x was the faster floor: the verdict says so
+    (layernorm,) = peers.verdicts(res, ["layernorm"], ("numpy", "torch"), ("looptune hand",),
+                                  dict(floors, stream_nt={"layernorm": True}))
+    assert "(0.620 ms: y = 2x over 4096x1024 float32: 16 MiB read and 16 written, streaming " \
+        "stores)" in layernorm, layernorm
     assert blur.startswith("blur: 1.09x numpy: goal not met, within reach: 1.1x numpy needs "
                            "5% of the floor's speed")
 
@@ -293,6 +298,7 @@ def test_floors_worker_measures_the_peak_and_the_stream_floor():
     out = peers.floors_worker(["sgemm", "softmax"], 1, rounds=1)
     assert out["lanes"] in (4, 8, 16) and out["fma_gflops"] > 1.0
     assert set(out["stream_s"]) == {"softmax"} and 0 < out["stream_s"]["softmax"] < 0.1
+    assert set(out["stream_nt"]) == {"softmax"} and out["stream_nt"]["softmax"] in (True, False)
 
 
 def test_main_prints_a_verdict_per_workload_and_no_floors_skips_them(monkeypatch, capsys):
