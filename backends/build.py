@@ -244,7 +244,9 @@ def build(s, args, target="c", name: str = "main", may_alias=()):
     NaN/inf/subnormals exact: backends/c_math.py); ``-libm-exp`` calls the C library's instead.
     A float32 division by a constant multiplies by the reciprocal and corrects the quotient
     with two fused multiply-adds (``lt_divf``: identical to the division for every x but
-    0 < |x| < 2^-100, within 1 ulp there); ``-ieee-div`` keeps the division.
+    0 < |x| < 2^-100, within 1 ulp there); ``-ieee-div`` keeps the division; with
+    ``-fast-math`` it is a plain multiply by the reciprocal (within 1.5 ulp, as gcc's
+    -ffast-math would make it).
 
     ``may_alias``: arguments (tensors of ``args``, or their names) that the caller may pass
     one buffer, such as an elementwise kernel's output written over an input of its shape.
@@ -267,7 +269,8 @@ def build(s, args, target="c", name: str = "main", may_alias=()):
     threads = int(tgt.options["threads"]) if "threads" in tgt.options else None
     check_sanitizer_runtime(tgt)
     code = generate_c(func, threads, bool(tgt.options.get("bounds-check")), frozenset(alias),
-                      bool(tgt.options.get("libm-exp")), bool(tgt.options.get("ieee-div")))
+                      bool(tgt.options.get("libm-exp")), bool(tgt.options.get("ieee-div")),
+                      bool(tgt.options.get("fast-math")))
     cc = tgt.options.get("cc", "gcc")
     flags = flags_for(tgt.options, code.uses_parallel)
     if code.vector_math:

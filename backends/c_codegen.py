@@ -181,11 +181,12 @@ class CCodegen(StmtVisitor):
     """Turns a LoweredFunc into a C translation unit with one exported function."""
 
     def __init__(self, threads: int | None = None, bounds_check: bool = False,
-                 libm_exp: bool = False, ieee_div: bool = False):
+                 libm_exp: bool = False, ieee_div: bool = False, fast_math: bool = False):
         self.lines: list[str] = []
         self.bounds_check = bounds_check
         self.libm_exp = libm_exp
         self.ieee_div = ieee_div
+        self.fast_math = fast_math
         self.helpers: set[str] = set()
         self.checks: list[BoundsCheck] = []
         self.depth = 1
@@ -234,14 +235,15 @@ class CCodegen(StmtVisitor):
 
     def div_by_const(self, a: str, c: float) -> str | None:
         """float32 ``a / c`` for a constant ``c`` without a division (backends/c_math.py:
-        a multiply when 1/c is exact, else lt_divf), or None to divide (-ieee-div, or a c
-        outside lt_divf's range)."""
+        a multiply when 1/c is exact, else lt_divf; with -fast-math a multiply by RN(1/c),
+        what gcc's -ffast-math makes of a division, within 1.5 ulp), or None to divide
+        (-ieee-div, or a c outside lt_divf's range)."""
         plan = None if self.ieee_div else divf_by_const(c)
         if plan is None:
             return None
         kind, rc = plan
         rc_text = self.expr.visit(Const(rc, "float32"))
-        if kind == "mul":
+        if kind == "mul" or self.fast_math:
             return f"({a} * {rc_text})"
         self.helpers.add("lt_divf")
         return f"lt_divf({a}, {self.expr.visit(Const(c, 'float32'))}, {rc_text})"
@@ -522,7 +524,7 @@ def _minmax_helpers(d: str) -> str:
 
 def generate_c(f: LoweredFunc, threads: int | None = None, bounds_check: bool = False,
                may_alias: frozenset[int] = frozenset(), libm_exp: bool = False,
-               ieee_div: bool = False) -> CSource:
+               ieee_div: bool = False, fast_math: bool = False) -> CSource:
     """C code for one lowered function; ``bounds_check``: data-dependent indices are checked at
     run time (the target option -bounds-check). Every pointer parameter is ``restrict`` but
     those at the argument positions ``may_alias``: the caller may pass them one buffer (an
@@ -530,8 +532,9 @@ def generate_c(f: LoweredFunc, threads: int | None = None, bounds_check: bool = 
     ``sigmoid``) inline the vectorizable ``lt_expf`` of backends/c_math.py unless ``libm_exp``
     (the target option -libm-exp), which calls the C library's ``expf``. A float32 division
     by a constant is a multiply by its reciprocal with a correction (``lt_divf``: x / c bit for
-    bit but for 0 < |x| < 2^-100, within 1 ulp there) unless ``ieee_div`` (-ieee-div)."""
+    bit but for 0 < |x| < 2^-100, within 1 ulp there) unless ``ieee_div`` (-ieee-div), or a
+    plain multiply by it with ``fast_math`` (-fast-math: what gcc's -ffast-math makes of it)."""
     from ..lang.tensor import PlaceholderOp
-    gen = CCodegen(threads, bounds_check, libm_exp, ieee_div)
+    gen = CCodegen(threads, bounds_check, libm_exp, ieee_div, fast_math)
     inputs = {id(t) for t in f.args if isinstance(t.op, PlaceholderOp)}
     return gen.function(f, inputs, frozenset(may_alias))

@@ -2,7 +2,7 @@
 
     python benchmarks/peers.py [--rounds 3] [--only sgemm,blur] [--threads 2]
                                [--halide hand,adams2019] [--log T.jsonl | --log DIR]
-                               [--isa native|avx2] [--quick] [--json out.json]
+                               [--isa native|avx2] [--fast-math] [--quick] [--json out.json]
 
 Workloads (issue 19): sgemm 1024^3 f32, conv2d 1x64x56x56 -> 64 3x3 pad 1, softmax and
 layernorm over rows of 4096 x 1024, the two-stage 3x3 blur of 4096^2 (``--quick``: small sizes,
@@ -32,6 +32,13 @@ the numpy reference (after timing, so that numpy's BLAS threads do not run besid
 Rounds run the measurements in a shuffled order; the table shows each one's median over the
 rounds and "vs best peer" = (best peer's time) / (best looptune time): above 1.10 meets the
 issue's goal. Absolute times move +-50% between minutes on shared VMs: compare ratios of one run.
+
+``--fast-math`` also times every looptune operator built with the target option -fast-math
+(variant "<operator> -fast-math"): looptune's float division by a constant is exact by default
+(``lt_divf``, bit for bit numpy's), Halide's is not (its blur differs from numpy's in 72% of
+the points, by up to 5 ulp, on a Zen 3 with the halide wheel 21): with -fast-math the division
+is a multiply by the reciprocal, the same class of arithmetic. A cell names the variant when
+it is the fastest, so a goal met only that way shows.
 
 ``--isa avx2`` holds every system to AVX2 (``isa.py``: each library's own switch, checked in
 every worker; looptune through ``LOOPTUNE_MARCH=x86-64-v3``, so its schedules size their tiles
@@ -192,15 +199,20 @@ def _torch_call(workload: str, args: tuple, inputs, output):
     return blur
 
 
+FAST_MATH = "-fast-math"   # --fast-math: the looptune variants "<operator> -fast-math"
+
+
 def _looptune_call(job: Job, args: tuple, inputs, output, threads: int, logs: list[str]):
+    """A looptune job's call; its variant names the operator, then any target options."""
     import looptune as lt
     from looptune.operators import instantiate
-    (op,) = [o for o in _operators(job.workload) if o.name == job.variant]
+    name, _, options = job.variant.partition(" ")
+    (op,) = [o for o in _operators(job.workload) if o.name == name]
     if job.system == "looptune-tuned":
         s, tensors, how = instantiate(op, args, logs, "c")
     else:
         (s, tensors), how = op.hand_schedule(*args), "hand schedule"
-    f = lt.build(s, tensors, target=f"c -threads={threads}", name=op.c_name)
+    f = lt.build(s, tensors, target=f"c -threads={threads} {options}".strip(), name=op.c_name)
     arrays = [*inputs, output]
     return (lambda: f(*arrays)), how
 
@@ -257,9 +269,10 @@ def probe(module: str) -> str | None:
 
 def make_jobs(workloads: list[str], logs: list[str], skipped: dict[str, str],
               halide: tuple[str, ...] = HALIDE_KINDS,
-              tuned: dict[str, list[str]] | None = None) -> list[Job]:
+              tuned: dict[str, list[str]] | None = None, fast_math: bool = False) -> list[Job]:
     """The measurements: every system that is not skipped, the Halide kinds of ``halide``,
-    and with ``logs`` the operators ``tuned`` names per workload (default: all of them)."""
+    and with ``logs`` the operators ``tuned`` names per workload (default: all of them);
+    ``fast_math``: each looptune job also built with -fast-math."""
     jobs = []
     for w in workloads:
         jobs.append(Job(w, "numpy"))
@@ -271,10 +284,12 @@ def make_jobs(workloads: list[str], logs: list[str], skipped: dict[str, str],
             if ADAMS in halide:
                 jobs.append(Job(w, "halide", ADAMS))
         names = [op.name for op in _operators(w)]
-        jobs += [Job(w, "looptune-hand", n) for n in names]
+        variants = [""] + [f" {FAST_MATH}"] * fast_math
+        jobs += [Job(w, "looptune-hand", n + v) for n in names for v in variants]
         if logs:
-            jobs += [Job(w, "looptune-tuned", n) for n in (names if tuned is None
-                                                           else tuned.get(w, []))]
+            jobs += [Job(w, "looptune-tuned", n + v) for n in (names if tuned is None
+                                                               else tuned.get(w, []))
+                     for v in variants]
     return jobs
 
 
@@ -605,6 +620,12 @@ def parse(argv=None):
                    "system held to AVX2 (benchmarks/isa.py), an AVX2 machine stood in for")
     p.add_argument("--seed", type=int, default=0, help="seed of the shuffled order")
     p.add_argument("-v", "--verbose", action="store_true", help="print every measurement")
+    p.add_argument("--fast-math", action="store_true",
+                   help="also time each looptune operator built with -fast-math: a float "
+                   "division by a constant is then a plain multiply by the reciprocal (within "
+                   "1.5 ulp) instead of looptune's exact lt_divf, the arithmetic Halide's "
+                   "pipelines use (its blur is up to 5 ulp off numpy's); a cell names that "
+                   "variant when it is the fastest")
     p.add_argument("--no-floors", dest="floors", action="store_false",
                    help="do not measure the machine's floors (FMA peak, y = 2x) that say why a "
                    "workload falls short of the goal")
@@ -672,7 +693,7 @@ def main(argv=None) -> int:
         tuned = {w: tuned_operators(w, _ARGS[w], opts.log) for w in opts.workloads}
         no_record = {w: why for w, (_, why) in tuned.items() if why}
         tuned = {w: names for w, (names, _) in tuned.items()}
-    jobs = make_jobs(opts.workloads, opts.log, skipped, opts.halide, tuned)
+    jobs = make_jobs(opts.workloads, opts.log, skipped, opts.halide, tuned, opts.fast_math)
     held = "" if opts.isa == "native" else f"; every system held to {opts.isa} (isa.py)"
     print(f"CPU: {cpu_model()}{held}; threads per system: {opts.threads}; {opts.rounds} "
           f"shuffled round(s) of {len(jobs)} measurements, each in a fresh process; "

@@ -482,6 +482,21 @@ def test_a_power_of_two_divisor_is_a_multiply_and_other_divisors_keep_the_divisi
         np.testing.assert_array_equal(y, x / np.float32(c))
 
 
+def test_fast_math_divides_by_a_constant_as_a_plain_multiply_by_its_reciprocal():
+    """-fast-math (the user gives up exactness): x / 3 is x * RN(1/3), no correction, within
+    1.5 ulp of the division (what gcc's -ffast-math makes of it)."""
+    f = _div_kernel(4096, 3.0, "c -fast-math")
+    body = f.source.split("int div_kernel")[1]
+    assert "lt_divf" not in f.source and "* 0.3333333" in body and " / " not in body
+    x = np.random.default_rng(1).uniform(-1e6, 1e6, 4096).astype(np.float32)
+    y = np.empty_like(x)
+    f(x, y)
+    np.testing.assert_array_equal(y, x * np.float32(1 / 3))
+    want = x / np.float32(3)
+    ulps = np.abs(y.view(np.int32).astype(np.int64) - want.view(np.int32).astype(np.int64))
+    assert ulps.max() <= 1 and (ulps > 0).any()     # inexact, as asked
+
+
 def test_a_divisor_read_from_data_is_a_division():
     X = lt.placeholder((64,), "float32", name="X")
     D = lt.placeholder((64,), "float32", name="D")

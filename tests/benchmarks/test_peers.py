@@ -89,6 +89,34 @@ def test_tuned_jobs_only_for_operators_with_records():
     assert [j.label for j in jobs if j.system == "looptune-tuned"] == ["looptune-tuned:conv2d"]
 
 
+def test_fast_math_adds_a_looptune_variant_per_operator_and_the_worker_builds_it(monkeypatch):
+    opts = peers.parse(["--quick", "--fast-math"])
+    assert opts.fast_math
+    jobs = peers.make_jobs(["blur"], ["x.jsonl"], {}, (), {"blur": ["blur"]}, fast_math=True)
+    mine = [j.label for j in jobs if j.system.startswith("looptune")]
+    assert mine == ["looptune-hand:blur", "looptune-hand:blur -fast-math",
+                    "looptune-tuned:blur", "looptune-tuned:blur -fast-math"]
+    assert not any("fast-math" in j.variant for j in peers.make_jobs(["blur"], [], {}, ()))
+    out = peers.worker(Job("blur", "looptune-hand", "blur -fast-math"), peers._ARGS["blur"], 1,
+                       [], True)
+    assert out["seconds"] > 0
+    # the variant's kernel is built with the option, the plain one without
+    import looptune as lt
+    built = []
+    real = lt.build
+    monkeypatch.setattr(lt, "build", lambda *a, **k: built.append(k["target"]) or real(*a, **k))
+    inputs, output = peers._inputs("blur", peers._ARGS["blur"])
+    for variant in ("blur -fast-math", "blur"):
+        peers._looptune_call(Job("blur", "looptune-hand", variant), peers._ARGS["blur"], inputs,
+                             output, 1, [])
+    assert built == ["c -threads=1 -fast-math", "c -threads=1"]
+    results = {Job("blur", "numpy"): Result([4e-3]),
+               Job("blur", "looptune-hand", "blur"): Result([2e-3]),
+               Job("blur", "looptune-hand", "blur -fast-math"): Result([1e-3])}
+    row = peers.table(results, ["blur"], {}, False, ()).splitlines()[2]
+    assert "| 1.000 (blur -fast-math) |" in row
+
+
 def test_adams_reported_skipped_with_the_reason_when_halide_is_missing():
     peers.parse(["--quick"])
     skipped = {"halide": HALIDE_MISSING}
