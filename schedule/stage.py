@@ -101,7 +101,7 @@ class Stage:
             "" if self.fused_with is None else
             f"{self.fused_with.stage.name}.{self.fused_with.loop.name}",
             tuple(sorted((t, v.name, off, *(() if a is None else (f"{a[0].name}.{a[1].name}",)),
-                          *(() if b == "clamp" else (b,)))
+                          *(() if b == "clamp" else (f"bound={b}",)))
                          for t, v, off, a, b in self.prefetches)),
             "" if self.stored_at is None else
             f"{self.stored_at.stage.name}.{self.stored_at.loop.name}")
