@@ -64,6 +64,7 @@ def draw_base(spec: str | None) -> tuple[int, bool]:
 
 
 BASE, DRAWN = draw_base(os.environ.get("LOOPTUNE_FUZZ_BASE"))
+DRAWN = DRAWN or os.environ.get("LOOPTUNE_FUZZ_DRAWN") == "1"     # by conftest, for -n
 N_CASES = int(os.environ.get("LOOPTUNE_FUZZ_CASES", "300"))
 REPLAY = (f"LOOPTUNE_FUZZ_BASE={BASE} LOOPTUNE_FUZZ_CASES={N_CASES} "
           "python -m pytest tests/schedule/test_fuzz.py")
@@ -286,3 +287,18 @@ def test_fuzz_base_from_the_environment():
     assert all(d and 10**8 <= b < 10**9 for b, d in drawn) and len(drawn) > 1
     with pytest.raises(ValueError, match=r"LOOPTUNE_FUZZ_BASE='soon': give an integer"):
         draw_base("soon")
+
+
+@pytest.mark.slow
+def test_a_random_base_is_drawn_once_for_all_xdist_workers():
+    """``LOOPTUNE_FUZZ_BASE=random`` under ``-n 2``: conftest draws the base in the controller
+    and every worker collects the same seeds (each drawing its own was a collection error)."""
+    pytest.importorskip("xdist")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTEST_XDIST_WORKER", "LOOPTUNE_FUZZ_DRAWN")}
+    env.update(LOOPTUNE_FUZZ_BASE="random", LOOPTUNE_FUZZ_CASES="4")
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:randomly",
+                        "-p", "no:cacheprovider", str(HERE / "test_fuzz.py"), "-k", "seed"],
+                       capture_output=True, text=True, timeout=300, env=env, check=False,
+                       cwd=HERE.parents[1])
+    assert p.returncode == 0 and "4 passed" in p.stdout, p.stdout[-3000:] + p.stderr[-2000:]
