@@ -23,25 +23,27 @@ import looptune as lt
 import numpy as np
 
 
-def streamed_scale(rows: int, cols: int, threads: int):
-    """y = 2x with streaming stores (``stream`` on the row loop), for ``c -threads=threads``."""
+def _scale(rows: int, cols: int, threads: int, stream: bool):
+    """y = 2x, rows to threads, each row vectorized (``stream``: with streaming stores)."""
     x = lt.placeholder((rows, cols), name="x")
     y = lt.compute((rows, cols), lambda i, j: x[i, j] * 2.0, name="y")
     s = lt.create_schedule(y)
     s[y].parallel(y.op.axis[0])
-    s[y].stream(y.op.axis[1])
-    return lt.build(s, [x, y], target=f"c -threads={threads}", name="floor_scale_nt")
+    (s[y].stream if stream else s[y].vectorize)(y.op.axis[1])
+    return lt.build(s, [x, y], target=f"c -threads={threads}",
+                    name="floor_scale_nt" if stream else "floor_scale")
+
+
+def streamed_scale(rows: int, cols: int, threads: int):
+    """y = 2x with streaming stores (``stream`` on the row loop), for ``c -threads=threads``."""
+    return _scale(rows, cols, threads, stream=True)
 
 
 def kernels(rows: int, cols: int, threads: int):
     """(scale, row sum) built for ``c -threads=threads``."""
-    x = lt.placeholder((rows, cols), name="x")
-    y = lt.compute((rows, cols), lambda i, j: x[i, j] * 2.0, name="y")
-    s = lt.create_schedule(y)
-    s[y].parallel(y.op.axis[0])
-    s[y].vectorize(y.op.axis[1])
+    scale = _scale(rows, cols, threads, stream=False)
     target = f"c -threads={threads}"
-    scale = lt.build(s, [x, y], target=target, name="floor_scale")
+    x = lt.placeholder((rows, cols), name="x")
     k = lt.reduce_axis(cols, name="k")
     r = lt.compute((rows,), lambda i: lt.sum(x[i, k], axis=k), name="r")
     s = lt.create_schedule(r)

@@ -137,34 +137,40 @@ def _value(e, env) -> int:
     return int(v.value)
 
 
-def _walk(s, env, seen: list) -> None:
-    """Run the lowered loops (their control flow only) and check every prefetch's region
-    against its buffer's shape."""
+def _walk(s, env, seen: list, inside: bool = True) -> None:
+    """Run the lowered loops (their control flow only) and record every prefetch's region
+    (with the value of loop ``ki`` where there is one); ``inside``: check each region against
+    its buffer's shape."""
     if isinstance(s, Seq):
         for x in s.stmts:
-            _walk(x, env, seen)
+            _walk(x, env, seen, inside)
     elif isinstance(s, For):
         lo = _value(s.min, env)
         for i in range(lo, lo + _value(s.extent, env)):
-            _walk(s.body, {**env, s.var: Const(i, "int32")}, seen)
+            _walk(s.body, {**env, s.var: Const(i, "int32")}, seen, inside)
     elif isinstance(s, LetStmt):
-        _walk(s.body, {**env, s.var: Const(_value(s.value, env), "int32")}, seen)
+        _walk(s.body, {**env, s.var: Const(_value(s.value, env), "int32")}, seen, inside)
     elif isinstance(s, IfThenElse):
         c = simplify(substitute(s.cond, env))
         if not isinstance(c, Const) or c.value:
-            _walk(s.then, env, seen)
+            _walk(s.then, env, seen, inside)
         if s.orelse is not None and (not isinstance(c, Const) or not c.value):
-            _walk(s.orelse, env, seen)
+            _walk(s.orelse, env, seen, inside)
     elif isinstance(s, Allocate):
-        _walk(s.body, env, seen)
+        _walk(s.body, env, seen, inside)
     elif isinstance(s, Prefetch):
-        shape = [_value(d if not isinstance(d, int) else Const(d, "int32"), env)
-                 for d in s.buffer.shape]
         idx = [_value(i, env) for i in s.indices]
         count = _value(s.count, env)
-        assert all(0 <= i < d for i, d in zip(idx, shape)), (s.buffer.name, idx, shape)
-        assert 0 <= count and idx[-1] + count <= shape[-1], (s.buffer.name, idx, count, shape)
-        seen.append((s.buffer.name, tuple(idx), count))
+        if inside:
+            shape = [_value(d if not isinstance(d, int) else Const(d, "int32"), env)
+                     for d in s.buffer.shape]
+            assert all(0 <= i < d for i, d in zip(idx, shape)), (s.buffer.name, idx, shape)
+            assert 0 <= count and idx[-1] + count <= shape[-1], (s.buffer.name, idx, count,
+                                                                 shape)
+            seen.append((s.buffer.name, tuple(idx), count))
+        else:
+            ki = next(v.value for k, v in env.items() if k.name == "ki")
+            seen.append((s.buffer.name, tuple(idx), count, ki))
     else:
         assert isinstance(s, Store), type(s)
 
@@ -585,38 +591,13 @@ def test_nonfaulting_regions_are_the_clamped_ones_moved_on():
         P = s.stage("partial")
         P.prefetch(s.tensor("B_packed"), P.loop("ki"), 5, bound=bound)
         seen: list = []
-        _walk_any(lt.lower(s, args).body, {}, seen)
+        _walk(lt.lower(s, args).body, {}, seen, inside=False)
         return seen
     clamped, free = regions("clamp"), regions("nonfaulting")
     assert len(free) > 100 and len(clamped) > 100
     assert all(n == "B_packed" and c == 16 and i[1] == ki + 5 for n, i, c, ki in free)
     assert all(c == 16 and i[1] == min(ki + 5, 15) for _, i, c, ki in clamped)
     assert max(i[1] for _, i, _, _ in free) == 20          # past the buffer's 16 rows of k
-
-
-def _walk_any(s, env, seen):
-    """_walk without the inside-the-buffer check; records the value of loop ki too."""
-    if isinstance(s, Seq):
-        for x in s.stmts:
-            _walk_any(x, env, seen)
-    elif isinstance(s, For):
-        lo = _value(s.min, env)
-        for i in range(lo, lo + _value(s.extent, env)):
-            _walk_any(s.body, {**env, s.var: Const(i, "int32")}, seen)
-    elif isinstance(s, LetStmt):
-        _walk_any(s.body, {**env, s.var: Const(_value(s.value, env), "int32")}, seen)
-    elif isinstance(s, IfThenElse):
-        c = simplify(substitute(s.cond, env))
-        if not isinstance(c, Const) or c.value:
-            _walk_any(s.then, env, seen)
-        if s.orelse is not None and (not isinstance(c, Const) or not c.value):
-            _walk_any(s.orelse, env, seen)
-    elif isinstance(s, Allocate):
-        _walk_any(s.body, env, seen)
-    elif isinstance(s, Prefetch):
-        ki = next(v.value for k, v in env.items() if k.name == "ki")
-        seen.append((s.buffer.name, tuple(_value(i, env) for i in s.indices),
-                     _value(s.count, env), ki))
 
 
 def test_nonfaulting_along_unclamped_and_exact():
