@@ -56,18 +56,6 @@ def pytest_xdist_make_scheduler(config, log):
     return FuzzModuleOnOneWorker(config, log)
 
 
-def pytest_configure(config):
-    """``LOOPTUNE_FUZZ_BASE=random``: the base seed is drawn once, here in the controlling
-    process, and handed to every pytest-xdist worker through the environment (each worker
-    drawing its own collected other test ids: a collection error under ``-n``)."""
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        return
-    if os.environ.get("LOOPTUNE_FUZZ_BASE", "").strip().lower() == "random":
-        import secrets
-        os.environ["LOOPTUNE_FUZZ_BASE"] = str(10**8 + secrets.randbelow(9 * 10**8))
-        os.environ["LOOPTUNE_FUZZ_DRAWN"] = "1"
-
-
 def pytest_addoption(parser):
     parser.addoption("--update-golden", action="store_true", default=False,
                      help="rewrite tests/schedule/golden/*.txt from the current lowering")

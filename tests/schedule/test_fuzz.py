@@ -51,11 +51,15 @@ DEFAULT_BASE = 20240611
 def draw_base(spec: str | None) -> tuple[int, bool]:
     """(base seed, drawn at random?) from ``LOOPTUNE_FUZZ_BASE``: unset -> the fixed CI base,
     ``random`` -> a fresh base in [10**8, 10**9) (so the default's seeds never overlap), an
-    integer -> that base."""
+    integer -> that base. Under pytest-xdist the workers of one run draw the same base from
+    the run's id (``PYTEST_XDIST_TESTRUNUID``): each drawing its own collected other test ids,
+    a collection error."""
     if spec is None or spec.strip() == "":
         return DEFAULT_BASE, False
     if spec.strip().lower() == "random":
-        return 10**8 + secrets.randbelow(9 * 10**8), True
+        run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+        pick = int(run, 16) % (9 * 10**8) if run else secrets.randbelow(9 * 10**8)
+        return 10**8 + pick, True
     try:
         return int(spec), False
     except ValueError:
@@ -64,7 +68,6 @@ def draw_base(spec: str | None) -> tuple[int, bool]:
 
 
 BASE, DRAWN = draw_base(os.environ.get("LOOPTUNE_FUZZ_BASE"))
-DRAWN = DRAWN or os.environ.get("LOOPTUNE_FUZZ_DRAWN") == "1"     # by conftest, for -n
 N_CASES = int(os.environ.get("LOOPTUNE_FUZZ_CASES", "300"))
 REPLAY = (f"LOOPTUNE_FUZZ_BASE={BASE} LOOPTUNE_FUZZ_CASES={N_CASES} "
           "python -m pytest tests/schedule/test_fuzz.py")
@@ -279,23 +282,28 @@ def test_fuzz_summary():
     assert stats.refused_steps > 0, "no primitive call was refused: the bad choices are gone"
 
 
-def test_fuzz_base_from_the_environment():
+def test_fuzz_base_from_the_environment(monkeypatch):
     assert draw_base(None) == (DEFAULT_BASE, False)
     assert draw_base("") == (DEFAULT_BASE, False)
     assert draw_base("77000000") == (77000000, False)
+    monkeypatch.delenv("PYTEST_XDIST_TESTRUNUID", raising=False)
     drawn = {draw_base("random") for _ in range(5)}
     assert all(d and 10**8 <= b < 10**9 for b, d in drawn) and len(drawn) > 1
+    # the workers of one xdist run: one base from the run's id
+    monkeypatch.setenv("PYTEST_XDIST_TESTRUNUID", "9f3c0a5e2b7d4c1e8a6f0b3d5c7e9a1b")
+    same = {draw_base("random") for _ in range(5)}
+    assert len(same) == 1 and all(d and 10**8 <= b < 10**9 for b, d in same)
     with pytest.raises(ValueError, match=r"LOOPTUNE_FUZZ_BASE='soon': give an integer"):
         draw_base("soon")
 
 
 @pytest.mark.slow
 def test_a_random_base_is_drawn_once_for_all_xdist_workers():
-    """``LOOPTUNE_FUZZ_BASE=random`` under ``-n 2``: conftest draws the base in the controller
-    and every worker collects the same seeds (each drawing its own was a collection error)."""
+    """``LOOPTUNE_FUZZ_BASE=random`` under ``-n 2``: every worker draws the base of the run's id
+    and collects the same seeds (each drawing its own was a collection error)."""
     pytest.importorskip("xdist")
     env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTEST_XDIST_WORKER", "LOOPTUNE_FUZZ_DRAWN")}
+           if k not in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_TESTRUNUID")}
     env.update(LOOPTUNE_FUZZ_BASE="random", LOOPTUNE_FUZZ_CASES="4")
     p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:randomly",
                         "-p", "no:cacheprovider", str(HERE / "test_fuzz.py"), "-k", "seed"],
