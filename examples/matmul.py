@@ -17,6 +17,10 @@ on AVX2 (16 ymm; 8 x 16 spilled: 37.5 vs 23.9 ms for 1024^3, one thread, -march=
 Zen 4). With AVX-512 the tile had 8 rows until 2026-12-02: 16 accumulators, 10 loads per 16
 FMAs; 14 rows (28 accumulators, 16 loads per 28 FMAs): 17.05 -> 15.47 ms for 1024^3 on one
 Ice Lake core (2-core Xeon VM, model 106; median of 20 interleaved blocks; torch 13.0-15.2).
+On a 2-core Zen 4 (AMD EPYC, family 25 model 17, AVX-512 on 256-bit units) 8 rows won: a
+48-trial GBT tune of the template, 1024^3, two threads, had only 8-row configs among its
+fastest (9.92 ms, ``mr=8``, A in place; the best 14-row one 11.5), and fresh processes,
+7 shuffled rounds: 10.12 ms tuned against 10.74 for the hand schedule; ``mr`` is a knob.
 ``kc`` keeps an A and a B micro-panel within a quarter of L2 (``Target.cache_bytes``),
 ``mc`` an A block (mc x kc) within a quarter of L2; nc splits the columns among the threads,
 in equal blocks whose packed B (kc x nc) stays within a sixteenth of L3 (``B_BLOCK_L3_SHARE``):
