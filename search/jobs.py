@@ -219,7 +219,10 @@ class NoiseReference:
 
 def runner_job(state: RunnerState, job: tuple) -> dict[str, Any]:
     """Build (a cache hit), check and time config ``index``; ``best`` is the best cost so far
-    (for ``slow_cutoff``); with ``guard`` the noise reference is timed before and after."""
+    (for ``slow_cutoff``); with ``guard`` the noise reference is timed before and after.
+    ``("round", indices, guard)`` is one interleaved re-measure round (``round_job``)."""
+    if job[0] == "round":
+        return round_job(state, job[1], job[2])
     index, best = job[0], job[1]
     guard = len(job) > 2 and job[2] and state.noise_kernel is not None
     task, opt = state.task, state.option
@@ -251,6 +254,91 @@ def runner_job(state: RunnerState, job: tuple) -> dict[str, Any]:
     if busy is not None:
         out["busy"] = list(busy)
     return out
+
+
+def round_job(state: RunnerState, indices: list[int], guard: bool) -> dict[str, Any]:
+    """One re-measure round: every config of ``indices`` built (cache hits), checked once,
+    then timed interleaved: at each placement, after a shared warm-up, ``repeat`` passes that
+    each time one block of ``number`` calls of every config, the order rotated from pass to
+    pass. Returns ``{"results": {index: {"kind", "costs" | "msg"}}, "ref", "busy"}``.
+
+    Why interleaved: on a shared VM a memory-bound kernel's speed moves by half for seconds
+    at a time as neighbours use the last-level cache (softmax 4096 x 1024, one config, blocks
+    of 20 ms in one process: 10-19 GFLOP/s, in phases of 0.1-3 s). Timed one after the other,
+    each config of a long round saw its own phase and the round ranked the phases; timed in
+    blocks of a few ms taken in turns, all configs share every phase and their ratios hold."""
+    task, opt = state.task, state.option
+    guard = guard and state.noise_kernel is not None
+    results: dict[int, dict[str, Any]] = {}
+    funcs: dict[int, Any] = {}
+    tensors = None
+    for index in indices:
+        s, tensors = task.instantiate(task.config_space.get(index))
+        f = build(s, tensors, target=task.target, name=task.func_name)
+        arrays = state.arrays(tensors)
+        f(*arrays)
+        msg = next(filter(None, (compare(tensors[k].name, arrays[k], ref, opt.rtol, opt.atol)
+                                 for k, ref in (state.reference or {}).items())), None)
+        if msg:
+            results[index] = {"kind": "wrong_result", "msg": msg}
+        else:
+            funcs[index] = f
+    out: dict[str, Any] = {"results": results}
+    if not funcs:
+        return out
+    probe = ForeignProbe()
+    before = state.noise_kernel.time() if guard else None
+    costs = _time_interleaved(funcs, [state.arrays(tensors, p) for p in range(len(PLACEMENTS))],
+                              opt)
+    results.update({i: {"kind": "none", "costs": c} for i, c in costs.items()})
+    if guard:
+        out["ref"] = [before, state.noise_kernel.time()]
+    busy = probe.stop()
+    if busy is not None:
+        out["busy"] = list(busy)
+    return out
+
+
+def _time_interleaved(funcs: dict[int, Any], sets: list, opt) -> dict[int, list[float]]:
+    """Per config, one cost per repeat (the mean over ``sets``, as ``_time``), the configs
+    timed in turns block by block (``round_job``). A block is ``number`` calls, raised per
+    config until it lasts ``min_repeat_ms``, after one untimed call: the config before left
+    the caches in its own state (one that streams its stores leaves the output out of cache;
+    the softmax 4096 x 1024 fallback's first call after such a config ran 2-4% slower than its
+    later ones on a Zen 4 VM). With ``flush_cache`` the caches are evicted before every block
+    instead."""
+    order = list(funcs)
+    blocks: dict[int, list[list[float]]] = {i: [] for i in order}
+    for arrays in sets:
+        per_set: dict[int, list[float]] = {i: [] for i in order}
+        number = {i: opt.number for i in order}
+        calls = 0
+        # the threads awake, every config's code and data warm: turns of one call each
+        t_end = time.perf_counter() + opt.warmup_ms / 1e3 / len(sets)
+        while calls == 0 or time.perf_counter() < t_end:
+            for i in order:
+                t0 = time.perf_counter()
+                funcs[i](*arrays)
+                if not opt.flush_cache and opt.min_repeat_ms > 0:
+                    dt_ms = max((time.perf_counter() - t0) * 1e3, 1e-3)
+                    number[i] = max(number[i], min(1 << 20, int(opt.min_repeat_ms / dt_ms) + 1))
+            calls += 1
+        for rep in range(opt.repeat):
+            k = rep % len(order)
+            for i in order[k:] + order[:k]:
+                f = funcs[i]
+                if opt.flush_cache:
+                    _flush_cache()
+                else:
+                    f(*arrays)      # untimed: the caches settle to this config's own state
+                t0 = time.perf_counter()
+                for _ in range(number[i]):
+                    f(*arrays)
+                per_set[i].append((time.perf_counter() - t0) / number[i])
+        for i in order:
+            blocks[i].append(per_set[i])
+    return {i: [sum(b[r] for b in blocks[i]) / len(sets) for r in range(opt.repeat)]
+            for i in order}
 
 
 def compare(name: str, out: np.ndarray, ref: np.ndarray, rtol: float | None,

@@ -16,6 +16,15 @@ median (another process took the cores, the clock changed), the candidate is mea
 again in interleaved rounds (the top configs at the end of a tune); with ``remeasure_fresh``
 each round runs in a new runner process, with newly allocated arrays.
 
+Interleaving: a re-measure round times its configs in turns, one block of ``number`` calls
+each, ``repeat`` times over, rather than one config's repeats after another's. On a 2-core Zen 4
+VM a memory-bound kernel (softmax over 4096 x 1024 floats: 32 MiB of arrays, the size of the
+shared L3) ran at 10-19 GFLOP/s in phases of 0.1-3 s as the host's other tenants used the L3,
+so in a long round each config's sample was a draw of the phase it met. 37 configs of that
+softmax's auto space, 3 fresh-process rounds, the whole re-measure done twice: one config after
+the other, the two agreed to 0.84 in rank correlation and differed by 16% per config on average
+(mean |log ratio|); in turns, 0.91-0.94 and 4-6% (two such pairs of runs).
+
 Placement: a memory-bound kernel's time depends on where its arrays lie (huge pages or not,
 physical memory, what the process allocated before) and on what else shares the last-level
 cache. On a 2-core Zen 4 VM, in the runner process of one layernorm tune, a config that computes
@@ -100,7 +109,9 @@ class MeasureOption:
     ``noise_retries`` control the noise guard; ``busy_threshold`` (cores other processes may
     keep busy; None: off) and ``busy_wait`` (seconds to wait for them to stop before a run;
     0: only warn) the contention guard; ``remeasure_fresh`` runs each re-measure round in a new
-    runner process (see the module docstring).
+    runner process (see the module docstring); ``remeasure_interleaved`` times a round's
+    configs in turns, block by block (False: one config after the other, each with its own
+    warm-up and noise check).
     """
 
     number: int = 4
@@ -119,6 +130,7 @@ class MeasureOption:
     remeasure_top: int = 3
     remeasure_rounds: int = 3
     remeasure_fresh: bool = True
+    remeasure_interleaved: bool = True
     noise_threshold: float | None = 0.1
     noise_retries: int = 2
     busy_threshold: float | None = 0.5
@@ -134,9 +146,10 @@ class MeasureOption:
         if not self.timeout or self.timeout <= 0:
             raise LooptuneError(f"MeasureOption: timeout must be positive seconds; got "
                                 f"{self.timeout!r}")
-        if not isinstance(self.remeasure_fresh, bool):
-            raise LooptuneError(f"MeasureOption: remeasure_fresh must be True or False; got "
-                                f"{self.remeasure_fresh!r}")
+        for name in ("remeasure_fresh", "remeasure_interleaved"):
+            if not isinstance(getattr(self, name), bool):
+                raise LooptuneError(f"MeasureOption: {name} must be True or False; got "
+                                    f"{getattr(self, name)!r}")
         if self.min_repeat_ms < 0:
             raise LooptuneError("MeasureOption: min_repeat_ms must be >= 0")
         w = self.warmup_ms
@@ -297,10 +310,59 @@ class Measurer:
             if self.option.remeasure_fresh and self._runner.used:
                 self._runner.renew()      # a runner that has timed nothing yet is new already
             k = r % len(configs)
-            for cfg in configs[k:] + configs[:k]:
+            order = configs[k:] + configs[:k]
+            timed = self._round_guarded(order) \
+                if self.option.remeasure_interleaved and len(order) > 1 else None
+            if timed is not None:
+                yield from timed
+                continue
+            for cfg in order:       # one run per config (also when a round job failed)
                 res = MeasureResult(cfg, flop=self.task.flop, kind="remeasure")
                 self._run_guarded(res, None)
                 yield res
+
+    def _round_guarded(self, order: list[ConfigEntity]) -> list[MeasureResult] | None:
+        """One interleaved re-measure round of ``order`` in the runner (``jobs.round_job``);
+        with the noise guard, again while the reference drifted past the threshold (the
+        round that drifted least is kept). None when the round job crashed, hung or raised:
+        the caller then runs the configs one by one, which names the one at fault."""
+        opt = self.option
+        self._wait_quiet()
+        guard = bool(opt.noise_threshold)
+        kept: tuple[float, dict, dict | None, float] | None = None
+        for attempt in range(1 + (opt.noise_retries if guard else 0)):
+            with timing_lock():
+                (r,) = self._runner.map([("round", [c.index for c in order], guard)],
+                                        opt.timeout * len(order))
+            if r.status != "ok":
+                log.info("interleaved re-measure round of %s failed (%s); timing its configs "
+                         "one by one", self.task.key, r.status)
+                return None
+            if r.payload.get("busy"):
+                self.load.add(*r.payload["busy"])
+            busy = self._busy()
+            noise = None if busy is None else {"busy": round(busy, 2)}
+            ref = r.payload.get("ref")
+            drift = self._drift(ref)
+            if drift is not None:
+                noise = {"drift": round(drift, 4), "retries": attempt, "interleaved": len(order),
+                         "reference_ms": [round(t * 1e3, 4) for t in ref], **(noise or {})}
+            if kept is None or (drift or 0.0) < kept[0]:
+                kept = (drift or 0.0, r.payload["results"], noise, r.elapsed)
+            if drift is None or drift <= opt.noise_threshold:
+                break
+            log.info("noise guard: the reference kernel drifted %.0f%% during an interleaved "
+                     "re-measure round; timing the round again", drift * 100)
+        _, results, noise, elapsed = kept
+        out = []
+        for cfg in order:
+            got = results[cfg.index]
+            res = MeasureResult(cfg, flop=self.task.flop, kind="remeasure", noise=noise,
+                                run_time=elapsed / len(order), error_kind=ErrorKind(got["kind"]),
+                                error_msg=_short(got.get("msg", "")),
+                                costs=[float(c) for c in got.get("costs", [])])
+            out.append(res)
+        return out
 
     def _from_build(self, cfg: ConfigEntity, b: Outcome) -> MeasureResult:
         res = MeasureResult(cfg, build_time=b.elapsed, flop=self.task.flop)
