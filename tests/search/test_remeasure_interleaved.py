@@ -168,3 +168,25 @@ def test_a_wrong_config_in_a_round_is_reported_and_the_others_timed(task, monkey
     out = jobs.round_job(state, [1, 2, 3], guard=False)["results"]
     assert out[2]["kind"] == "wrong_result" and "differs from the reference" in out[2]["msg"]
     assert all(out[i]["kind"] == "none" and len(out[i]["costs"]) == 2 for i in (1, 3))
+
+
+def test_a_round_job_that_dies_falls_back_to_one_run_per_config(task):
+    """A round job that crashes (or hangs, or raises) says nothing of which config was at
+    fault: the round is then run one config at a time, which names it."""
+    from looptune.search.workers import Outcome
+    cfgs = [task.config_space.get(i) for i in (1, 2)]
+    opt = MeasureOption(n_parallel=1, number=1, repeat=2, remeasure_fresh=False,
+                        noise_threshold=None)
+    with Measurer(task, opt) as m:
+        list(m.measure(cfgs))
+        real_map, sent = m._runner.map, []
+
+        def map_(jobs_, timeout):
+            sent.append(jobs_[0][0])
+            if jobs_[0][0] == "round":
+                return [Outcome("crash", "killed by signal 11", 0.1)]
+            return real_map(jobs_, timeout)
+        m._runner.map = map_
+        out = list(m.remeasure(cfgs, 1))
+    assert sent == ["round", 1, 2]
+    assert [r.config.index for r in out] == [1, 2] and all(r.ok for r in out)
