@@ -22,8 +22,9 @@ over its records so far, the tuner's re-measure records counting at its last tri
 every run of a workload is done, the set of all incumbents of all its runs (a few per run:
 the incumbent changes O(log t) times) is measured again in one ``Measurer``: one warm-up
 pass that builds them (discarded), then ``--rounds`` interleaved rounds
-(``Measurer.remeasure``, the tuner's final re-measure: every config once per round, order
-rotated; the noise guard on). A config's value is the median over the rounds, the same
+(``Measurer.remeasure``, the tuner's final re-measure: each round in a fresh process, its
+configs timed in turns, block by block, so that all of them meet the same phases of the
+machine; the noise guard on). A config's value is the median over the rounds, the same
 value for every run that held it. A run's curve at trial t is its incumbent's value: best
 GFLOP/s against trials exactly (not only at checkpoints), and against wall time (each
 trial's seconds since the run started, tuner setup included). Logged maxima, the luckiest
