@@ -225,35 +225,17 @@ def runner_job(state: RunnerState, job: tuple) -> dict[str, Any]:
         return round_job(state, job[1], job[2])
     index, best = job[0], job[1]
     guard = len(job) > 2 and job[2] and state.noise_kernel is not None
-    task, opt = state.task, state.option
-    s, tensors = task.instantiate(task.config_space.get(index))
-    f = build(s, tensors, target=task.target, name=task.func_name)
-    arrays = state.arrays(tensors)
-    t0 = time.perf_counter()
-    f(*arrays)
-    first = time.perf_counter() - t0
-    if state.reference is not None:
-        for k, ref in state.reference.items():
-            msg = compare(tensors[k].name, arrays[k], ref, opt.rtol, opt.atol)
-            if msg:
-                return {"kind": "wrong_result", "msg": msg}
+    opt = state.option
+    f, tensors, arrays, first, msg = _load_and_check(state, index)
+    if msg:
+        return {"kind": "wrong_result", "msg": msg}
     if (best is not None and opt.slow_cutoff is not None and first * 1e3 > opt.cutoff_min_ms
             and first > opt.slow_cutoff * best):
         return {"kind": "none", "costs": [first],
                 "msg": f"timing cut short: the first call took {first * 1e3:.3f} ms, over "
                        f"{opt.slow_cutoff:g}x the best so far ({best * 1e3:.3f} ms)"}
-    probe = ForeignProbe()       # the other processes' CPU time meanwhile (coreload.py)
     sets = [arrays] + [state.arrays(tensors, p) for p in range(1, len(PLACEMENTS))]
-    if not guard:
-        out = {"kind": "none", "costs": _time(f, sets, opt)}
-    else:
-        before = state.noise_kernel.time()
-        costs = _time(f, sets, opt)
-        out = {"kind": "none", "costs": costs, "ref": [before, state.noise_kernel.time()]}
-    busy = probe.stop()
-    if busy is not None:
-        out["busy"] = list(busy)
-    return out
+    return {"kind": "none", **_probed(state, guard, lambda: _time(f, sets, opt))}
 
 
 def round_job(state: RunnerState, indices: list[int], guard: bool) -> dict[str, Any]:
@@ -267,30 +249,45 @@ def round_job(state: RunnerState, indices: list[int], guard: bool) -> dict[str, 
     of 20 ms in one process: 10-19 GFLOP/s, in phases of 0.1-3 s). Timed one after the other,
     each config of a long round saw its own phase and the round ranked the phases; timed in
     blocks of a few ms taken in turns, all configs share every phase and their ratios hold."""
-    task, opt = state.task, state.option
     guard = guard and state.noise_kernel is not None
     results: dict[int, dict[str, Any]] = {}
     funcs: dict[int, Any] = {}
-    tensors = None
     for index in indices:
-        s, tensors = task.instantiate(task.config_space.get(index))
-        f = build(s, tensors, target=task.target, name=task.func_name)
-        arrays = state.arrays(tensors)
-        f(*arrays)
-        msg = next(filter(None, (compare(tensors[k].name, arrays[k], ref, opt.rtol, opt.atol)
-                                 for k, ref in (state.reference or {}).items())), None)
+        f, tensors, _, _, msg = _load_and_check(state, index)
         if msg:
             results[index] = {"kind": "wrong_result", "msg": msg}
         else:
             funcs[index] = f
-    out: dict[str, Any] = {"results": results}
     if not funcs:
-        return out
+        return {"results": results}
+    sets = [state.arrays(tensors, p) for p in range(len(PLACEMENTS))]
+    timed = _probed(state, guard, lambda: _time_interleaved(funcs, sets, state.option))
+    results.update({i: {"kind": "none", "costs": c} for i, c in timed.pop("costs").items()})
+    return {"results": results, **timed}
+
+
+def _load_and_check(state: RunnerState, index: int):
+    """Config ``index`` built (a cache hit) and called once on the first placement's arrays:
+    (function, tensors, those arrays, the call's seconds, what differs from the reference or
+    None)."""
+    task, opt = state.task, state.option
+    s, tensors = task.instantiate(task.config_space.get(index))
+    f = build(s, tensors, target=task.target, name=task.func_name)
+    arrays = state.arrays(tensors)
+    t0 = time.perf_counter()
+    f(*arrays)
+    first = time.perf_counter() - t0
+    msg = next(filter(None, (compare(tensors[k].name, arrays[k], ref, opt.rtol, opt.atol)
+                             for k, ref in (state.reference or {}).items())), None)
+    return f, tensors, arrays, first, msg
+
+
+def _probed(state: RunnerState, guard: bool, timing) -> dict[str, Any]:
+    """``{"costs": timing()}``, with the noise reference's times before and after (``ref``,
+    with ``guard``) and the other processes' CPU time meanwhile (``busy``, coreload.py)."""
     probe = ForeignProbe()
     before = state.noise_kernel.time() if guard else None
-    costs = _time_interleaved(funcs, [state.arrays(tensors, p) for p in range(len(PLACEMENTS))],
-                              opt)
-    results.update({i: {"kind": "none", "costs": c} for i, c in costs.items()})
+    out: dict[str, Any] = {"costs": timing()}
     if guard:
         out["ref"] = [before, state.noise_kernel.time()]
     busy = probe.stop()
