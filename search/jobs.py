@@ -242,13 +242,8 @@ def round_job(state: RunnerState, indices: list[int], guard: bool) -> dict[str, 
     """One re-measure round: every config of ``indices`` built (cache hits), checked once,
     then timed interleaved: at each placement, after a shared warm-up, ``repeat`` passes that
     each time one block of ``number`` calls of every config, the order rotated from pass to
-    pass. Returns ``{"results": {index: {"kind", "costs" | "msg"}}, "ref", "busy"}``.
-
-    Why interleaved: on a shared VM a memory-bound kernel's speed moves by half for seconds
-    at a time as neighbours use the last-level cache (softmax 4096 x 1024, one config, blocks
-    of 20 ms in one process: 10-19 GFLOP/s, in phases of 0.1-3 s). Timed one after the other,
-    each config of a long round saw its own phase and the round ranked the phases; timed in
-    blocks of a few ms taken in turns, all configs share every phase and their ratios hold."""
+    pass. Returns ``{"results": {index: {"kind", "costs" | "msg"}}, "ref", "busy"}``. Why
+    in turns: measure.py's module docstring, "Interleaving"."""
     guard = guard and state.noise_kernel is not None
     results: dict[int, dict[str, Any]] = {}
     funcs: dict[int, Any] = {}

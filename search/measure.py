@@ -55,6 +55,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import LooptuneError
 from .coreload import ForeignProbe, LoadMeter
@@ -322,15 +323,13 @@ class Measurer:
                 yield res
 
     def _round_guarded(self, order: list[ConfigEntity]) -> list[MeasureResult] | None:
-        """One interleaved re-measure round of ``order`` in the runner (``jobs.round_job``);
-        with the noise guard, again while the reference drifted past the threshold (the
-        round that drifted least is kept). None when the round job crashed, hung or raised:
+        """One interleaved re-measure round of ``order`` in the runner (``jobs.round_job``),
+        under the noise guard (``_guarded``). None when the round job crashed, hung or raised:
         the caller then runs the configs one by one, which names the one at fault."""
         opt = self.option
-        self._wait_quiet()
         guard = bool(opt.noise_threshold)
-        kept: tuple[float, dict, dict | None, float] | None = None
-        for attempt in range(1 + (opt.noise_retries if guard else 0)):
+
+        def run_once():
             with timing_lock():
                 (r,) = self._runner.map([("round", [c.index for c in order], guard)],
                                         opt.timeout * len(order))
@@ -340,28 +339,21 @@ class Measurer:
                 return None
             if r.payload.get("busy"):
                 self.load.add(*r.payload["busy"])
-            busy = self._busy()
-            noise = None if busy is None else {"busy": round(busy, 2)}
-            ref = r.payload.get("ref")
-            drift = self._drift(ref)
-            if drift is not None:
-                noise = {"drift": round(drift, 4), "retries": attempt, "interleaved": len(order),
-                         "reference_ms": [round(t * 1e3, 4) for t in ref], **(noise or {})}
-            if kept is None or (drift or 0.0) < kept[0]:
-                kept = (drift or 0.0, r.payload["results"], noise, r.elapsed)
-            if drift is None or drift <= opt.noise_threshold:
-                break
-            log.info("noise guard: the reference kernel drifted %.0f%% during an interleaved "
-                     "re-measure round; timing the round again", drift * 100)
-        _, results, noise, elapsed = kept
+            return (r.payload["results"], r.elapsed), r.payload.get("ref")
+        self._wait_quiet()
+        got = self._guarded(run_once, "an interleaved re-measure round", "the round",
+                            {"interleaved": len(order)})
+        if got is None:
+            return None
+        (results, elapsed), noise = got
         out = []
         for cfg in order:
-            got = results[cfg.index]
-            res = MeasureResult(cfg, flop=self.task.flop, kind="remeasure", noise=noise,
-                                run_time=elapsed / len(order), error_kind=ErrorKind(got["kind"]),
-                                error_msg=_short(got.get("msg", "")),
-                                costs=[float(c) for c in got.get("costs", [])])
-            out.append(res)
+            r = results[cfg.index]
+            out.append(MeasureResult(cfg, flop=self.task.flop, kind="remeasure", noise=noise,
+                                     run_time=elapsed / len(order),
+                                     error_kind=ErrorKind(r["kind"]),
+                                     error_msg=_short(r.get("msg", "")),
+                                     costs=[float(c) for c in r.get("costs", [])]))
         return out
 
     def _from_build(self, cfg: ConfigEntity, b: Outcome) -> MeasureResult:
@@ -381,37 +373,46 @@ class Measurer:
         return res
 
     def _run_guarded(self, res: MeasureResult, best: float | None) -> None:
-        """Run ``res``'s config; with the noise guard, again while the reference kernel
-        drifted past the threshold (keeping the run that drifted least)."""
-        opt = self.option
-        self._wait_quiet()
-        kept: tuple[float, MeasureResult] | None = None
-        for attempt in range(1 + (opt.noise_retries if opt.noise_threshold else 0)):
+        """Run ``res``'s config under the noise guard (``_guarded``)."""
+        def run_once():
             trial = MeasureResult(res.config, build_time=res.build_time, steps=res.steps,
                                   flop=res.flop, kind=res.kind)
-            ref = self._run(trial, best)
-            busy = self._busy()
-            if busy is not None:
-                trial.noise = {"busy": round(busy, 2)}
-            drift = self._drift(ref)
-            if drift is None:
-                kept = (0.0, trial)
-                break
-            trial.noise = {"drift": round(drift, 4), "retries": attempt,
-                           "reference_ms": [round(t * 1e3, 4) for t in ref],
-                           **(trial.noise or {})}
-            if kept is None or drift < kept[0]:
-                kept = (drift, trial)
-            if drift <= opt.noise_threshold:
-                break
-            log.info("noise guard: the reference kernel drifted %.0f%% while config %d ran; "
-                     "measuring it again", drift * 100, res.config.index)
-        trial = kept[1]
+            return trial, self._run(trial, best)
+        self._wait_quiet()
+        trial, noise = self._guarded(run_once, f"config {res.config.index}", "it")
+        trial.noise = noise
         for name in ("costs", "error_kind", "error_msg", "run_time", "timestamp", "noise"):
             setattr(res, name, getattr(trial, name))
         if res.ok and res.kind == "measure" and (self.best_cost is None
                                                  or res.cost < self.best_cost):
             self.best_cost = res.cost
+
+    def _guarded(self, run_once: Callable, what: str, it: str, extra: dict | None = None):
+        """``run_once()`` -> ``(value, reference times)``, again while the noise reference
+        drifted past ``noise_threshold`` (up to ``noise_retries`` times); returns ``(value,
+        noise)`` of the run that drifted least (``noise``: the drift, the reference's times,
+        other processes' busy cores, ``extra``), or None at once when ``run_once`` does."""
+        opt = self.option
+        kept: tuple[float, Any, dict | None] | None = None
+        for attempt in range(1 + (opt.noise_retries if opt.noise_threshold else 0)):
+            got = run_once()
+            if got is None:
+                return None
+            value, ref = got
+            busy = self._busy()
+            noise = None if busy is None else {"busy": round(busy, 2)}
+            drift = self._drift(ref)
+            if drift is None:
+                return value, noise
+            noise = {"drift": round(drift, 4), "retries": attempt, **(extra or {}),
+                     "reference_ms": [round(t * 1e3, 4) for t in ref], **(noise or {})}
+            if kept is None or drift < kept[0]:
+                kept = (drift, value, noise)
+            if drift <= opt.noise_threshold:
+                break
+            log.info("noise guard: the reference kernel drifted %.0f%% while %s ran; "
+                     "measuring %s again", drift * 100, what, it)
+        return kept[1], kept[2]
 
     def _busy(self) -> float | None:
         """The cores other processes kept busy over the last second or more of timing (None
