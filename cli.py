@@ -80,6 +80,7 @@ def cmd_tune(ns: argparse.Namespace) -> int:
                                n_parallel=ns.parallel, min_repeat_ms=ns.min_repeat_ms,
                                warmup_ms=ns.warmup_ms, remeasure_top=ns.remeasure_top,
                                remeasure_rounds=ns.remeasure_rounds,
+                               race_rounds=ns.race_rounds,
                                remeasure_fresh=not ns.remeasure_one_process,
                                noise_threshold=ns.noise_threshold or None,
                                busy_threshold=ns.busy_threshold or None,
@@ -296,6 +297,10 @@ def _tune_parser(sub) -> None:
                    help="at the end, measure the K best configs again (default: 3; 0: no)")
     t.add_argument("--remeasure-rounds", type=_positive(int), default=3, metavar="R",
                    help="interleaved rounds of that re-measure (default: 3)")
+    t.add_argument("--race-rounds", type=_count, default=2, metavar="R",
+                   help="a candidate whose one timing beats the incumbent's is raced against "
+                        "it in R interleaved rounds before it can become the incumbent "
+                        "(default: 2; 0: no races, the luckiest timing leads)")
     t.add_argument("--remeasure-one-process", action="store_true",
                    help="run every re-measure round in the tuning's runner process (default: "
                         "each round in a new one, with new arrays: a memory-bound kernel's "

@@ -18,9 +18,11 @@ layer): ``auto_softmax``, ``auto_conv2d``.
 (workload, tuner, seed) run tunes ``--trials`` trials and logs everything (the tuner's own
 final re-measure of its top configs included). Its *incumbent* after trial t is the config
 it would return if it stopped there: ``looptune.search.log.rank_configs`` (the median rule)
-over its records so far, the tuner's re-measure records counting at its last trial. When
-every run of a workload is done, the set of all incumbents of all its runs (a few per run:
-the incumbent changes O(log t) times) is measured again in one ``Measurer``: one warm-up
+over its records so far, in log order: the races of the tuner (a challenger timed in turns
+beside the incumbent before it may replace it) count at the trial they follow, its final
+re-measure at its last trial. When every run of a workload is done, the set of all
+incumbents of all its runs (a few per run: the incumbent changes O(log t) times) is measured
+again in one ``Measurer``: one warm-up
 pass that builds them (discarded), then ``--rounds`` interleaved rounds
 (``Measurer.remeasure``, the tuner's final re-measure: each round in a fresh process, its
 configs timed in turns, block by block, so that all of them meet the same phases of the

@@ -27,26 +27,27 @@ WALL_FRACTIONS = (0.1, 0.25, 0.5, 1.0)
 
 def incumbents(records: Sequence[Record]) -> list[int | None]:
     """Per trial (each ``kind == "measure"`` record, in log order), the index of the config
-    ``rank_configs`` ranks first over the records so far (None before a correct one). Re-measure
-    records (the tuner's own final re-measure) count at the last trial, whose incumbent is
-    then what the tuner returns."""
-    trials = [r for r in records if r.kind == "measure"]
-    extra = [r for r in records if r.kind != "measure"]
+    ``rank_configs`` ranks first over the records so far (None before a correct one).
+    Re-measure records count where the log has them: a race (the tuner's incumbent against
+    the challengers of the batch just measured, ``Tuner`` step 2b) at the trial it follows,
+    the final re-measure at the last trial, whose incumbent is then what the tuner returns."""
     seen: dict[int, list[Record]] = {}
+    done: list[Record] = []
     out: list[int | None] = []
     inc: int | None = None
-    for n, r in enumerate(trials):
+    for r in records:
+        done.append(r)
         seen.setdefault(r.index, []).append(r)
-        if r.index == inc:         # the incumbent measured again (or found wrong): rank all
-            ranked = rank_configs(trials[:n + 1])
+        if r.kind != "measure" or r.index == inc:   # a re-measure, or the incumbent measured
+            ranked = rank_configs(done)              # again (or found wrong): rank all
             inc = ranked[0].index if ranked else None
         elif r.ok:                 # one more correct config: it beats the incumbent or not
             ranked = rank_configs(seen[r.index] + (seen[inc] if inc is not None else []))
             inc = ranked[0].index if ranked else inc
-        out.append(inc)            # a failed other config changes nothing
-    if extra and out:
-        ranked = rank_configs([*trials, *extra])
-        out[-1] = ranked[0].index if ranked else out[-1]
+        if r.kind == "measure":
+            out.append(inc)        # a failed other config changes nothing
+        elif out:
+            out[-1] = inc          # re-measures decide the incumbent after the trial before
     return out
 
 

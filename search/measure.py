@@ -112,7 +112,9 @@ class MeasureOption:
     0: only warn) the contention guard; ``remeasure_fresh`` runs each re-measure round in a new
     runner process (see the module docstring); ``remeasure_interleaved`` times a round's
     configs in turns, block by block (False: one config after the other, each with its own
-    warm-up and noise check).
+    warm-up and noise check). ``race_rounds`` (0: off): during a tune, a config whose one
+    measurement beats the incumbent's is raced against it in that many interleaved rounds
+    before it can become the incumbent (``Tuner`` explains the rule).
     """
 
     number: int = 4
@@ -132,6 +134,7 @@ class MeasureOption:
     remeasure_rounds: int = 3
     remeasure_fresh: bool = True
     remeasure_interleaved: bool = True
+    race_rounds: int = 2
     noise_threshold: float | None = 0.1
     noise_retries: int = 2
     busy_threshold: float | None = 0.5
@@ -160,7 +163,8 @@ class MeasureOption:
         if self.slow_cutoff is not None and not self.slow_cutoff > 1:
             raise LooptuneError(f"MeasureOption: slow_cutoff must be > 1 (or None); got "
                                 f"{self.slow_cutoff!r}")
-        for name, low in (("remeasure_top", 0), ("remeasure_rounds", 1), ("noise_retries", 0)):
+        for name, low in (("remeasure_top", 0), ("remeasure_rounds", 1), ("race_rounds", 0),
+                          ("noise_retries", 0)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < low:
                 raise LooptuneError(f"MeasureOption: {name} must be an int >= {low}; got {v!r}")

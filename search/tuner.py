@@ -8,6 +8,15 @@ result, and the trial count. ``tune``:
    as trials, and the tuner learns from them;
 2. asks for batches of ``measure_option.n_parallel`` configs and measures them; each result
    goes to every callback (``log_to_file`` writes it at once);
+2b. races (``measure_option.race_rounds``; 0: off): when a batch holds configs whose one
+   measurement beats the incumbent's first one, the incumbent and those challengers are timed
+   again together in ``race_rounds`` interleaved rounds (``Measurer.remeasure``: in turns, in
+   fresh processes), and all of them become *confirmed* (re-measure records, logged, not
+   trials). The incumbent is the best confirmed config by the median rule, so one lucky sample
+   never makes a config the incumbent: it has to win a race in turns against the config it
+   would replace (SMAC's intensification, with interleaved rounds as the "instances"). The
+   incumbent's first measurement is the bar a challenger must beat, and it only falls (a
+   challenger that wins brings a faster one), so races stay rare as the search goes on;
 3. stops at ``n_trial`` trials (resumed ones included), when ``seconds`` of wall-clock time
    have passed (checked between batches), when the space is exhausted, when
    ``early_stopping`` trials pass without improvement, or after the batch in flight when
@@ -96,6 +105,7 @@ class Tuner:
         # configs timed again beside the best ones at the end of a tune, however their one
         # search measurement went (auto_schedule: the fallback, measured first and cold)
         self.anchors: set[int] = set()
+        self.races = 0              # races run so far (step 2b of the module docstring)
         self.busy_runs = 0          # runs of the last tune timed on a busy machine (measure.py)
         self.interrupted = False
         self.programs = ProgramSet(task)              # one measurement per distinct program
@@ -183,6 +193,7 @@ class Tuner:
                 self._loop(measurer, n_trial, opt, callbacks, early_stopping, guard, deadline)
                 if not guard.stopped:
                     self._remeasure(measurer, opt, callbacks, guard)
+                self._settle_best()
             finally:
                 for cb in callbacks:
                     getattr(cb, "finish", lambda t: None)(self)
@@ -217,14 +228,16 @@ class Tuner:
             batch = self.next_batch(min(opt.n_parallel, left))
             if not batch:
                 break
-            results = []
+            results, new = [], []
             for res, fresh in self.programs.measure(measurer, batch, self):
                 if fresh:               # else a program measured before: not a new trial
                     self._record(res)
+                    new.append(res)
                     for cb in callbacks:
                         cb(self, res)
                 results.append(res)
             self.update(batch, results)
+            self._race(measurer, opt, callbacks, guard, new)
             if self.programs.spent:
                 log.info("%s: the last %d proposals were all programs measured before",
                          self.task.key, self.programs.stale)
@@ -240,7 +253,47 @@ class Tuner:
         self.n_trial_hint = max(self.trials + 1, int(self.trials + pace * (deadline - now))) \
             if pace else max(200, self.trials + 1)
 
-    # ---- the final re-measure and the rule for the best ------------------------------------
+    # ---- races, the final re-measure and the rule for the best -----------------------------
+
+    def _race(self, measurer, opt: MeasureOption, callbacks: list, guard,
+              new: list[MeasureResult]) -> None:
+        """Race the configs of ``new`` (this batch's fresh results) that beat the incumbent's
+        bar against the incumbent, in interleaved rounds (step 2b of the module docstring)."""
+        if not opt.race_rounds or guard.stopped or not hasattr(measurer, "remeasure"):
+            return
+        fresh = {r.config.index for r in new}
+        incumbent = next((g for g in self._ranked_configs(confirmed_first=True)
+                          if g[0].config.index not in fresh), None)
+        if incumbent is None:           # nothing to race against yet (the first batch)
+            return
+        firsts = [r.cost for r in incumbent if r.kind == "measure"]
+        bar = min(firsts) if firsts else statistics.median(r.cost for r in incumbent)
+        challengers = sorted((r for r in new if r.ok and r.cost < bar), key=lambda r: r.cost)
+        if not challengers:
+            return
+        self.races += 1
+        log.info("race %d of %s: config %d (incumbent) against %s", self.races, self.task.key,
+                 incumbent[0].config.index, ", ".join(str(r.config.index) for r in challengers))
+        steps = {r.config.index: r.steps for r in [*incumbent, *challengers] if r.steps}
+        self._timed_again(measurer, [incumbent[0].config] + [r.config for r in challengers],
+                          opt.race_rounds, steps, callbacks, guard)
+
+    def _timed_again(self, measurer, configs: list[ConfigEntity], rounds: int,
+                     steps: dict, callbacks: list, guard) -> None:
+        """Re-measure ``configs`` in ``rounds`` interleaved rounds; the results are kept
+        (``remeasured``) and go to the callbacks."""
+        for res in measurer.remeasure(configs, rounds, stop=lambda: guard.stopped):
+            res.steps = res.steps or steps.get(res.config.index)
+            self.remeasured.append(res)
+            for cb in callbacks:
+                cb(self, res)
+
+    def _settle_best(self) -> None:
+        """``best`` becomes the best confirmed config (its results combined) when there is one:
+        what ``tune`` returns, by the rule of ``log.rank_configs``."""
+        best = self._ranked_configs(confirmed_first=True)
+        if best and any(r.kind == "remeasure" for r in best[0]):
+            self.best = _combined(best[0])
 
     def _remeasure(self, measurer, opt: MeasureOption, callbacks: list, guard) -> None:
         """Measure the best configs again in interleaved rounds (see the module docstring)."""
@@ -258,15 +311,8 @@ class Tuner:
         log.info("re-measuring the %d best configs of %s in %d interleaved rounds", len(top),
                  self.task.key, opt.remeasure_rounds)
         steps = {g[0].config.index: next((r.steps for r in g if r.steps), None) for g in top}
-        for res in measurer.remeasure([g[0].config for g in top], opt.remeasure_rounds,
-                                      stop=lambda: guard.stopped):
-            res.steps = res.steps or steps.get(res.config.index)
-            self.remeasured.append(res)
-            for cb in callbacks:
-                cb(self, res)
-        best = self._ranked_configs(confirmed_first=True)
-        if best:
-            self.best = _combined(best[0])
+        self._timed_again(measurer, [g[0].config for g in top], opt.remeasure_rounds, steps,
+                          callbacks, guard)
 
     def _ranked_configs(self, confirmed_first: bool) -> list[list[MeasureResult]]:
         """Each config's correct results (search and re-measures), best first by the rule of

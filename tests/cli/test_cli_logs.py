@@ -205,7 +205,7 @@ def test_transfer_skips_records_whose_template_raises(tmp_path, capsys, warnings
     out_log = tmp_path / "out.jsonl"
     assert main(["tune", str(path), "--args", "64", "--tuner", "gbt", "--trials", "3",
                  "--transfer", str(log), "--log", str(out_log), "--number", "1", "--repeat",
-                 "1", "--remeasure-top", "0"]) == 0
+                 "1", "--remeasure-top", "0", "--race-rounds", "0"]) == 0
     err = capsys.readouterr().err
     # the transfer's one warning (the contention guard may add its own on a busy machine)
     (warn,) = [w for w in warnings() if "--transfer" in w]
@@ -245,6 +245,8 @@ def test_every_flag_has_help():
     (["tune", MATMUL, "--seconds", "0"], "argument --seconds: must be a positive float"),
     (["tune", MATMUL, "--seconds", "inf"], "argument --seconds: must be a positive float"),
     (["tune", MATMUL, "--remeasure-top", "-1"], "must be an integer >= 0"),
+    (["tune", MATMUL, "--race-rounds", "-2"], "argument --race-rounds: must be an integer "
+                                              ">= 0"),
     (["tune", MATMUL, "--busy-threshold", "-1"], "argument --busy-threshold: must be a number "
                                                  ">= 0; got '-1'"),
     (["tune", MATMUL, "--busy-wait", "nan"], "argument --busy-wait: must be a number >= 0"),
@@ -255,6 +257,17 @@ def test_flag_mistakes_are_one_line(argv, message, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err and "--help" in err
+
+
+@pytest.mark.parametrize("flags, rounds", [([], 2), (["--race-rounds", "0"], 0),
+                                            (["--race-rounds", "5"], 5)])
+def test_race_rounds_reach_the_measure_option(flags, rounds, tmp_path, monkeypatch):
+    from looptune.search.tuner import Tuner
+    seen = []
+    monkeypatch.setattr(Tuner, "tune", lambda self, n, opt, **kw: seen.append(opt))
+    main(["tune", MATMUL, "--args", SMALL, "--tuner", "random", "--trials", "1",
+          "--log", str(tmp_path / "t.jsonl"), *flags])
+    assert [o.race_rounds for o in seen] == [rounds]
 
 
 @pytest.mark.slow

@@ -155,7 +155,8 @@ def test_the_fallback_is_remeasured_beside_the_best_even_when_it_ranks_low(tmp_p
     log = tmp_path / "auto.jsonl"
     args = util_softmax(N=9, M=41).args
     opt = MeasureOption(number=1, repeat=1, timeout=20, n_parallel=2, remeasure_top=1,
-                        remeasure_rounds=2, remeasure_fresh=False, warmup_ms=0)
+                        remeasure_rounds=2, remeasure_fresh=False, warmup_ms=0,
+                        race_rounds=0)     # only the final re-measure times configs again
     lt.search.auto_schedule(args, trials=6, log_file=str(log), tuner="random",
                             measure_option=opt)
     recs = [json.loads(x) for x in log.read_text().splitlines()]

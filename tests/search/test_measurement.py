@@ -2,6 +2,7 @@
 time budgets, the progress bar off a terminal and the OpenMP wait policy."""
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -99,7 +100,7 @@ def test_an_anchor_slow_on_its_first_measurement_is_timed_again_and_can_win(task
         return 5e-3 if len(order) == 1 else 1e-3 + i * 1e-9     # the first one: unlucky
 
     m = _install(tuner, first, lambda i: 5e-4 if i == order[0] else 1e-3 + i * 1e-9)
-    best = tuner.tune(12, OPT)
+    best = tuner.tune(12, dataclasses.replace(OPT, race_rounds=0))   # the final re-measure only
     anchor = order[0]
     assert len(m.remeasured) == 3
     assert all(len(r) == 3 + anchored and (anchor in r) == anchored for r in m.remeasured)
@@ -122,8 +123,75 @@ def test_a_config_wrong_on_remeasure_is_never_best(task):
 def test_remeasure_top_zero_turns_it_off(task):
     tuner = RandomTuner(task, seed=0)
     m = _install(tuner, lambda i: 1e-3 + i * 1e-9, lambda i: 1e-3)
-    best = tuner.tune(6, MeasureOption(n_parallel=2, remeasure_top=0))
+    best = tuner.tune(6, MeasureOption(n_parallel=2, remeasure_top=0, race_rounds=0))
     assert m.remeasured == [] and best.kind == "measure"
+
+
+def _scripted(task, firsts: list[float], truths: list[float], race_rounds=2, seed=0):
+    """A tune of len(firsts) configs, one per batch: the n-th config measured gets
+    ``firsts[n]`` on its one measurement and ``truths[n]`` whenever it is timed again."""
+    tuner = RandomTuner(task, seed=seed)
+    order: list[int] = []
+
+    def first(i):
+        order.append(i)
+        return firsts[len(order) - 1]
+
+    m = _install(tuner, first, lambda i: truths[order.index(i)])
+    opt = MeasureOption(n_parallel=1, remeasure_top=0, race_rounds=race_rounds)
+    best = tuner.tune(len(firsts), opt)
+    return tuner, best, m, order
+
+
+def test_a_lucky_sample_must_win_a_race_to_become_the_incumbent(task):
+    """The second config's one measurement is twice as fast as the first's, by luck: it is
+    raced against the first in 2 interleaved rounds, loses, and the first is returned. Without
+    races the lucky one would be (the rule of the luckiest sample)."""
+    firsts, truths = [1e-3, 5e-4, 3e-3, 3e-3], [1e-3, 2e-3, 3e-3, 3e-3]
+    tuner, best, m, order = _scripted(task, firsts, truths)
+    assert m.remeasured == [[order[0], order[1]], [order[0], order[1]]]
+    assert tuner.races == 1 and len(tuner.remeasured) == 4 and tuner.trials == 4
+    assert best.config.index == order[0] and best.kind == "remeasure"
+    assert best.cost == pytest.approx(1e-3)        # the median of 1e-3 (first) and two races
+    tuner, best, m, order = _scripted(task, firsts, truths, race_rounds=0)
+    assert m.remeasured == [] and best.config.index == order[1]
+
+
+def test_the_bar_of_a_race_is_the_incumbents_first_measurement_and_only_falls(task):
+    """Config 1 beats config 0's first timing and wins its race: the bar becomes config 1's
+    first timing (0.9). Config 2 (0.95) is not raced; config 3 (0.85) is and loses, leaving
+    the bar at 0.9; config 4 (0.88) is raced against config 1 again and wins."""
+    firsts = [1.0e-3, 0.9e-3, 0.95e-3, 0.85e-3, 0.88e-3, 2e-3]
+    truths = [1.0e-3, 0.8e-3, 0.9e-3, 1.2e-3, 0.7e-3, 2e-3]
+    tuner, best, m, order = _scripted(task, firsts, truths)
+    c = order
+    assert m.remeasured == [[c[0], c[1]]] * 2 + [[c[1], c[3]]] * 2 + [[c[1], c[4]]] * 2
+    assert tuner.races == 3 and best.config.index == c[4]
+    assert best.cost == pytest.approx(0.7e-3)      # median of 0.88, 0.7, 0.7
+
+
+def test_a_race_times_every_challenger_of_a_batch_beside_the_incumbent(task):
+    tuner = RandomTuner(task, seed=4)
+    order: list[int] = []
+
+    def first(i):
+        order.append(i)
+        return [1e-3, 2e-3, 0.5e-3, 0.6e-3, 3e-3, 3e-3][len(order) - 1]
+
+    truth = {0: 1e-3, 1: 2e-3, 2: 1.5e-3, 3: 0.4e-3, 4: 3e-3, 5: 3e-3}
+    m = _install(tuner, first, lambda i: truth[order.index(i)])
+    best = tuner.tune(6, MeasureOption(n_parallel=2, remeasure_top=0, race_rounds=3))
+    # batch 2 holds two challengers of config 0 (batch 1's best): one race of three, best first
+    c = order
+    assert [sorted(r) for r in m.remeasured] == [sorted([c[0], c[2], c[3]])] * 3
+    assert m.remeasured[0] == [c[0], c[2], c[3]]
+    assert tuner.races == 1 and best.config.index == c[3]
+
+
+def test_a_challenger_that_failed_or_was_wrong_is_never_raced(task):
+    firsts = [1e-3, None, 2e-3]
+    tuner, best, m, order = _scripted(task, firsts, [1e-3, None, 2e-3])
+    assert m.remeasured == [] and tuner.races == 0 and best.config.index == order[0]
 
 
 def test_resume_keeps_earlier_remeasures(task, tmp_path):
@@ -185,6 +253,8 @@ def test_budget_errors(task, kwargs, message):
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"remeasure_top": -1}, "remeasure_top must be an int >= 0; got -1"),
+    ({"race_rounds": -1}, "race_rounds must be an int >= 0; got -1"),
+    ({"race_rounds": True}, "race_rounds must be an int >= 0; got True"),
     ({"remeasure_rounds": 0}, "remeasure_rounds must be an int >= 1; got 0"),
     ({"noise_retries": 1.5}, "noise_retries must be an int >= 0"),
     ({"noise_threshold": 0}, "noise_threshold must be a fraction in"),

@@ -20,7 +20,8 @@ def test_tune_an_opencl_template(opencl, tmp_path):
                                     remeasure_top=0),
         callbacks=[lt.search.log_to_file(log)])
     recs = lt.search.load_records(log)
-    assert len(recs) == 6 and all(r.ok for r in recs), [r.error_msg for r in recs]
+    assert all(r.ok for r in recs), [r.error_msg for r in recs]
+    assert len([r for r in recs if r.kind == "measure"]) == 6     # the others: races
     assert all(r.task.target.startswith("opencl") for r in recs)
     assert best.config.index == lt.search.load_best(log, task).index
     with lt.search.apply_history_best(log):

@@ -43,6 +43,19 @@ def test_incumbents_follow_the_median_rule_trial_by_trial():
     assert st.incumbents(log) == [None, 5, 5, 9, 7]
 
 
+def test_incumbents_count_a_race_at_the_trial_it_follows():
+    log = [rec(1, 1.0), rec(2, 0.5),               # 2's one timing beats 1's: a race
+           rec(1, 1.0, kind="remeasure"), rec(2, 1.5, kind="remeasure"),
+           rec(1, 1.0, kind="remeasure"), rec(2, 1.5, kind="remeasure"),   # 2 lost
+           rec(3, 0.4),                            # unconfirmed, 1 (confirmed) would stay,
+           rec(1, 1.0, kind="remeasure"), rec(3, 0.6, kind="remeasure"),   # but 3 wins its
+           rec(4, 2.0)]                                                    # race at once
+    assert st.incumbents(log) == [1, 1, 3, 3]
+    assert st.incumbents(log[:7]) == [1, 1, 1]     # before 3's race
+    # without the race records 2 would have held from trial 2
+    assert st.incumbents([r for r in log if r.kind == "measure"]) == [1, 2, 3, 3]
+
+
 def test_incumbents_without_remeasure_and_ties_to_the_lower_index():
     assert st.incumbents([rec(4, 1.0), rec(2, 1.0), rec(8, 0.5)]) == [4, 2, 8]
     assert st.incumbents([]) == []
@@ -60,6 +73,25 @@ def test_incumbents_equal_rank_configs_over_every_prefix():
         ranked = rank_configs(log[:n])
         expected.append(ranked[0].index if ranked else None)
     assert st.incumbents(log) == expected
+
+
+def test_incumbents_with_races_equal_rank_configs_after_each_trials_records():
+    """Re-measure records anywhere in the log: the incumbent after a trial is rank_configs
+    over every record up to the next trial."""
+    rng = np.random.default_rng(11)
+    log = []
+    for _ in range(80):
+        kind = "remeasure" if rng.random() < 0.3 and log else "measure"
+        err = "wrong_result" if rng.random() < 0.05 else "none"
+        log.append(rec(int(rng.integers(20)), float(rng.uniform(0.5, 3.0)), kind, err))
+    trial_ends = [n for n in range(1, len(log) + 1) if n == len(log) or
+                  log[n].kind == "measure"]
+    expected = []
+    for n in trial_ends:
+        if any(r.kind == "measure" for r in log[:n]):
+            ranked = rank_configs(log[:n])
+            expected.append(ranked[0].index if ranked else None)
+    assert len(expected) > 40 and st.incumbents(log) == expected
 
 
 # ---- curves and reaching ----------------------------------------------------------------------

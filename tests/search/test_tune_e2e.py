@@ -18,6 +18,7 @@ from looptune.schedule.steps import dumps
 from looptune.search import (GATuner, GridTuner, MeasureOption, RandomTuner, SATuner,
                              apply_history_best, create_task, load_best, load_records,
                              log_to_file)
+from looptune.search.log import rank_configs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "helpers_tune_script.py")
@@ -34,7 +35,9 @@ def test_tuner_log_then_apply_history_best(cls, tmp_path):
     # apply_history_best see the same kinds of records
     kwargs = {"pop_size": 4} if cls is GATuner else {}
     tuner = cls(task, seed=3, **kwargs)
-    opt = MeasureOption(number=2, repeat=3, timeout=10, n_parallel=2, slow_cutoff=None)
+    # no races (test_races_on_real_measurements has them): the final re-measure's order exactly
+    opt = MeasureOption(number=2, repeat=3, timeout=10, n_parallel=2, slow_cutoff=None,
+                        race_rounds=0)
     best = tuner.tune(12, opt, callbacks=[log_to_file(path)])
     recs = load_records(path, task)
     trials = [r for r in recs if r.kind == "measure"]
@@ -63,6 +66,46 @@ def test_tuner_log_then_apply_history_best(cls, tmp_path):
     c = np.full((N, N), np.nan, dtype="float32")
     f(a, b, c)
     np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_races_on_real_measurements(tmp_path):
+    """With races on (the default), every block of re-measure records in the log between two
+    trials is a race: the incumbent of the records before it (the median rule, confirmed
+    configs first) timed in turns beside the configs of the batch just measured whose one
+    measurement beat the incumbent's first one; what the tuner returns is what the log ranks
+    first."""
+    task = create_task("test_matmul", (N, N, N))
+    path = tmp_path / "race.jsonl"
+    opt = MeasureOption(number=2, repeat=3, timeout=10, n_parallel=1, slow_cutoff=None)
+    assert opt.race_rounds == 2
+    tuner = RandomTuner(task, seed=5)
+    best = tuner.tune(16, opt, callbacks=[log_to_file(path)])
+    recs = load_records(path, task)
+    assert len([r for r in recs if r.kind == "measure"]) == 16
+    assert all(r.ok for r in recs)
+    final = 3 * 3                                  # the last records: the final re-measure
+    blocks, start = [], None
+    for n, r in enumerate(recs[:len(recs) - final]):
+        if r.kind == "remeasure" and start is None:
+            start = n
+        elif r.kind == "measure" and start is not None:
+            blocks.append((start, n))
+            start = None
+    if start is not None:
+        blocks.append((start, len(recs) - final))
+    assert len(blocks) == tuner.races >= 1
+    for a, b in blocks:
+        before, race = recs[:a], recs[a:b]
+        assert all(r.noise is not None and r.noise.get("interleaved") for r in race)
+        incumbent = rank_configs(before[:-1])[0]   # before the last batch (of one config)
+        firsts = [r.cost for r in before if r.index == incumbent.index and r.kind == "measure"]
+        configs = list(dict.fromkeys(r.index for r in race))
+        assert configs == [incumbent.index, before[-1].index] and len(race) == 2 * 2
+        assert before[-1].kind == "measure" and before[-1].cost < min(firsts)
+    logged = load_best(path, task)
+    assert best.kind == "remeasure" and logged.index == best.config.index
+    assert logged.index == rank_configs(recs)[0].index
 
 
 def _lines(path) -> list[bytes]:
