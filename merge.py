@@ -88,7 +88,7 @@ def _by_task(records: list) -> dict:
 
 def _task_line(key, recs: list, n_logs: int) -> str:
     from .search.hosts import describe_host
-    from .search.log import rank_configs
+    from .search.log import how_ranked, rank_configs
     trials = [r for r in recs if r.kind == "measure"]
     fails = Counter(r.error_kind for r in trials if not r.ok)
     again = sum(r.kind == "remeasure" for r in recs)
@@ -101,9 +101,7 @@ def _task_line(key, recs: list, n_logs: int) -> str:
         return head + "; no correct record"
     b = ranked[0]
     rate = f", {b.gflops:.1f} GFLOP/s" if b.gflops else ""
-    single = any(b is r for r in recs)        # rank_configs returns a lone record as is
-    how = "one record" if single else f"median of {len(b.costs)} records"
-    how += ", re-measured" if b.kind == "remeasure" else ""
+    how = how_ranked(b, recs)
     where = (f"; measured on {len(hosts)} hosts ({'; '.join(hosts)}), ranked together"
              if len(hosts) > 1 else "")
     return head + f"; best #{b.index}: {b.cost * 1e3:.4g} ms{rate} ({how}){where}"

@@ -241,9 +241,9 @@ def summarise_tuning(op: Operator, args: tuple, target: str, log, rounds: int = 
     t, tf, tn = tm["tuned"], tm["fallback"], tm["numpy"]
     rec = best.record
     knobs = ", ".join(f"{k}={v}" for k, v in rec.config.get("knobs", {}).items())
-    n = len(rec.costs) if rec.kind == "remeasure" else 1
-    how = f"median of {n} measurements, re-measured" if rec.kind == "remeasure" else \
-        "measured once"
+    n = len(rec.costs)
+    how = "measured once" if rec.kind != "remeasure" else \
+        "one re-measure" if n == 1 else f"median of {n} re-measures"
     gf = f"  ({flop / t.median / 1e9:.1f} GFLOP/s)" if flop else ""
     return "\n".join([
         f"best config #{rec.index} ({how}): {knobs}",

@@ -71,13 +71,11 @@ def series_of(label: str, task, records, metric: str) -> Series:
         else:
             s.failed.append(n)
             s.errors[r.error_kind] += 1
-    from .search.log import rank_configs
+    from .search.log import how_ranked, rank_configs
     ranked = rank_configs(records)
     if ranked:
         b = ranked[0]
-        single = any(b is r for r in records)
-        how = "measured once" if single else f"median of {len(b.costs)} runs"
-        how += ", re-measured" if b.kind == "remeasure" else ""
+        how = how_ranked(b, records)
         s.chosen = (value(b.cost, b.flop, metric), f"#{b.index}, {how}")
     return s
 

@@ -20,7 +20,8 @@ seconds, nesting too deep to parse), with one warning line each; the writer star
 line after a torn one.
 
 Which config is *best* is decided in one place, :func:`rank_configs` (the median over each
-config's records; re-measured configs first); ``load_best``, ``apply_history_best``,
+config's records, over its re-measures once it has some; re-measured configs first);
+``load_best``, ``apply_history_best``,
 ``auto_schedule`` and the command line all use it.
 """
 from __future__ import annotations
@@ -39,7 +40,7 @@ from typing import Any, TextIO
 from ..errors import LooptuneError
 from .hosts import describe_host, host_info, same_host
 from .knobs import jsonable
-from .measure import ErrorKind, MeasureResult
+from .measure import ErrorKind, MeasureResult, counted
 from .space import ConfigEntity, ConfigSpace
 from .template import DispatchContext, TaskKey, Template, canonical_target, freeze_args
 
@@ -346,14 +347,16 @@ def rank_configs(records: Iterable[Record]) -> list[Record]:
     1. a config that gave a wrong result in any record is never best (failed records of
        other kinds are ignored: a timeout under load does not condemn a config);
     2. a config's cost is the **median over its correct records** (each record's cost is the
-       median of its repeats), not the minimum of one lucky measurement;
-    3. configs with re-measure records (the top configs timed again, interleaved, at the end
-       of a tune) rank before configs measured once during a search, whose timings were
-       never confirmed; ties go to the lower cost, then the lower index.
+       median of its repeats), not the minimum of one lucky measurement; once a config has
+       re-measure records, over those only (``measure.counted``: the search's one timing of
+       it is biased fast, that is why it was re-measured);
+    3. configs with re-measure records (races during a tune, and the top configs timed again,
+       interleaved, at its end) rank before configs measured once during a search, whose
+       timings were never confirmed; ties go to the lower cost, then the lower index.
 
     Each config comes back as one Record: its only record, or its latest one with ``costs``
-    set to the per-record costs (so ``.cost`` is the median of rule 2) and ``kind``
-    ``"remeasure"`` when any of its records is one. A config is its index *and* knob values,
+    set to the per-record costs that count (so ``.cost`` is the median of rule 2) and
+    ``kind`` ``"remeasure"`` when any of its records is one. A config is its index *and* knob values,
     so records of an older template with other knobs never merge with current ones.
     """
     groups: dict[tuple, list[Record]] = {}
@@ -369,13 +372,25 @@ def rank_configs(records: Iterable[Record]) -> list[Record]:
     return ranked
 
 
+def how_ranked(best: Record, records: Iterable[Record]) -> str:
+    """What ``best`` (a config :func:`rank_configs` returned from ``records``) has its cost
+    from, in words: "measured once", "median of 3 runs" (never re-measured), "one re-measure"
+    or "median of 4 re-measures" (its search timing left out, rule 2)."""
+    if any(best is r for r in records):       # rank_configs returns a lone record as is
+        return "one re-measure" if best.kind == "remeasure" else "measured once"
+    n = len(best.costs)
+    if best.kind != "remeasure":
+        return f"median of {n} runs"
+    return "one re-measure" if n == 1 else f"median of {n} re-measures"
+
+
 def _merge(recs: list[Record]) -> Record:
     if len(recs) == 1:
         return recs[0]
     kind = "remeasure" if any(r.kind == "remeasure" for r in recs) else "measure"
     steps = next((r.steps for r in reversed(recs) if r.steps is not None), None)
-    return dataclasses.replace(recs[-1], costs=[r.cost for r in recs], kind=kind, noise=None,
-                               steps=steps)
+    return dataclasses.replace(recs[-1], costs=[r.cost for r in counted(recs)], kind=kind,
+                               noise=None, steps=steps)
 
 
 def best_by_task(records: Iterable[Record]) -> dict[TaskKey, list[Record]]:

@@ -27,8 +27,8 @@ result, and the trial count. ``tune``:
    too (their ``kind`` is ``"remeasure"``; ``log_to_file`` logs them) but they are not
    trials;
 5. returns the best correct result by the rule of ``log.rank_configs`` (the median over a
-   config's measurements, re-measured configs first; its ``costs`` are then one cost per
-   measurement), or raises :class:`TuningError` summarising the error kinds when every
+   config's measurements, over its re-measures once it has some, re-measured configs first;
+   its ``costs`` are then one cost per measurement that counts), or raises :class:`TuningError` summarising the error kinds when every
    candidate failed.
 """
 from __future__ import annotations
@@ -46,7 +46,7 @@ import numpy as np
 
 from ..errors import LooptuneError
 from .log import load_records
-from .measure import ErrorKind, MeasureOption, Measurer, MeasureResult
+from .measure import ErrorKind, MeasureOption, Measurer, MeasureResult, counted
 from .programs import ProgramSet
 from .space import ConfigEntity, random_unvisited, take
 from .task import Task
@@ -316,8 +316,9 @@ class Tuner:
 
     def _ranked_configs(self, confirmed_first: bool) -> list[list[MeasureResult]]:
         """Each config's correct results (search and re-measures), best first by the rule of
-        ``log.rank_configs``: never a config that was once wrong; the median of its costs;
-        with ``confirmed_first``, re-measured configs first."""
+        ``log.rank_configs``: never a config that was once wrong; the median of its costs
+        (of its re-measures once it has some, ``measure.counted``); with
+        ``confirmed_first``, re-measured configs first."""
         by: dict[int, list[MeasureResult]] = {}
         wrong: set[int] = set()
         for r in [*self.history, *self.remeasured]:
@@ -327,7 +328,8 @@ class Tuner:
                 by.setdefault(r.config.index, []).append(r)
         groups = [g for i, g in by.items() if i not in wrong]
         groups.sort(key=lambda g: (confirmed_first and all(r.kind == "measure" for r in g),
-                                   statistics.median(r.cost for r in g), g[0].config.index))
+                                   statistics.median(r.cost for r in counted(g)),
+                                   g[0].config.index))
         return groups
 
     def _outcome(self, new: list[MeasureResult]) -> MeasureResult | None:
@@ -386,12 +388,12 @@ def _check_budget(n_trial, seconds) -> None:
 
 
 def _combined(results: list[MeasureResult]) -> MeasureResult:
-    """One config's results as one: one cost per measurement (so ``.cost`` is their median),
-    kind ``"remeasure"`` when any is a re-measure."""
+    """One config's results as one: one cost per measurement that counts (so ``.cost`` is
+    their median: ``measure.counted``), kind ``"remeasure"`` when any is a re-measure."""
     if len(results) == 1:
         return results[0]
     first = results[0]
     kind = "measure" if all(r.kind == "measure" for r in results) else "remeasure"
-    return MeasureResult(first.config, [r.cost for r in results], ErrorKind.NONE, "",
+    return MeasureResult(first.config, [r.cost for r in counted(results)], ErrorKind.NONE, "",
                          first.build_time, sum(r.run_time for r in results),
                          max(r.timestamp for r in results), first.steps, first.flop, kind)

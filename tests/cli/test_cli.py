@@ -57,8 +57,10 @@ def test_tune_writes_a_log_and_summary(tuned_log, capsys):
     assert all(r["task"]["name"] == "matmul" and r["task"]["args"][:3] == [48, 40, 24]
                for r in recs)
     assert len({r["config"]["index"] for r in trials}) == 4
-    again = [r for r in recs if r["kind"] == "remeasure"]     # the top 3, 3 rounds
-    assert len(again) == 9 and len({r["config"]["index"] for r in again}) == 3
+    again = [r for r in recs if r["kind"] == "remeasure"]
+    # races (2 rounds each) while tuning, then the top 3 in 3 rounds
+    assert len(again) >= 9 and (len(again) - 9) % 2 == 0
+    assert len({r["config"]["index"] for r in again[-9:]}) == 3
 
 
 @pytest.mark.slow
@@ -70,7 +72,7 @@ def test_tune_resume_continues_the_count(tuned_log, capsys):
     assert len(recs) == 6 and len({r["config"]["index"] for r in recs}) == 6
     out = capsys.readouterr().out
     assert "best config #" in out and "numpy" in out and "fallback" in out
-    assert "re-measured" in out and "interleaved rounds" in out
+    assert "re-measures)" in out and "interleaved rounds" in out
     for side in ("tuned", "fallback", "numpy"):     # each side: median ms and its spread
         (line,) = [ln for ln in out.splitlines() if ln.split()[:1] == [side]]
         assert line.split()[2] == "ms" and line.split()[3].startswith("±")

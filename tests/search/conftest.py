@@ -13,7 +13,7 @@ if HERE not in sys.path:
 import helpers_templates  # noqa: E402,F401  (registers the test templates)
 from pg_fixture import pg_server, pg_url  # noqa: E402,F401  (a real PostgreSQL server)
 
-from looptune.search import MeasureResult  # noqa: E402
+from helpers_measure import FakeMeasurer  # noqa: E402
 from looptune.search.jobs import pin_openmp_runtime  # noqa: E402
 
 # Tests here build and drop parallel kernels in this process too; without the pin, dropping
@@ -31,36 +31,6 @@ def _private_build_cache(tmp_path_factory):
         os.environ.pop("LOOPTUNE_CACHE", None)
     else:
         os.environ["LOOPTUNE_CACHE"] = old
-
-
-class FakeMeasurer:
-    """Stands in for the Measurer: a deterministic cost per index, no processes.
-
-    ``cost(index)`` returns seconds, or None for a failed (build_error) candidate; ``on_batch``
-    is called before each batch (tests use it to press Ctrl-C mid-run)."""
-
-    def __init__(self, task, cost, on_batch=None):
-        self.task, self.cost, self.on_batch = task, cost, on_batch
-        self.measured: list[int] = []
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return None
-
-    def measure(self, configs):
-        from looptune.search import ErrorKind
-        if self.on_batch is not None:
-            self.on_batch(self)
-        for c in configs:
-            self.measured.append(c.index)
-            sec = self.cost(c.index)
-            if sec is None:
-                yield MeasureResult(c, [], ErrorKind.BUILD_ERROR, "fake failure",
-                                    flop=self.task.flop)
-            else:
-                yield MeasureResult(c, [sec, sec * 1.1, sec * 0.9], flop=self.task.flop)
 
 
 @pytest.fixture

@@ -210,7 +210,7 @@ def _source_log(tmp_path):
 
 
 def _fake(task, cost):
-    from conftest import FakeMeasurer
+    from helpers_measure import FakeMeasurer
     return FakeMeasurer(task, cost, None)
 
 
