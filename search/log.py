@@ -531,7 +531,8 @@ class ApplyHistoryBest(DispatchContext):
 def apply_history_best(log_src: LogSource, target=None,
                        any_host: bool = False) -> ApplyHistoryBest:
     """A context in which templates use the best config of ``log_src`` for their task, by
-    :func:`rank_configs` (the median over a config's records; re-measured configs first),
+    :func:`rank_configs` (the median over a config's records, over its re-measures once it
+    has some; re-measured configs first),
     among the records that fit the template's current knobs. ``target`` selects records of
     one target (default: the log's only target for the task); ``any_host`` ranks records of
     every host together (default: this host's, see :func:`for_this_host`). Templates without
