@@ -87,7 +87,8 @@ class ProgressBar:
         filled = (self.width * done // total if total else self.width) if total is not None \
             else 0
         bar = "#" * filled + "." * (self.width - filled)
-        best = tuner.best
+        # the raced incumbent (a lucky single timing shows only once it has won its race)
+        best = tuner.incumbent() if hasattr(tuner, "incumbent") else tuner.best
         if best is None:
             btxt = "best -"
         elif best.gflops is not None:

@@ -288,6 +288,20 @@ class Tuner:
             for cb in callbacks:
                 cb(self, res)
 
+    def incumbent(self) -> MeasureResult | None:
+        """What the tune would return if it stopped now: the best re-measured config (its
+        re-measures combined, ``log.rank_configs``'s rule) once a race or a re-measure
+        confirmed one, else the best single timing (``best``). The progress bar shows it."""
+        if not self.remeasured:
+            return self.best
+        key = (len(self.history), len(self.remeasured))
+        if getattr(self, "_incumbent_key", None) != key:
+            ranked = self._ranked_configs(confirmed_first=True)
+            confirmed = ranked and any(r.kind == "remeasure" for r in ranked[0])
+            self._incumbent = _combined(ranked[0]) if confirmed else self.best
+            self._incumbent_key = key
+        return self._incumbent
+
     def _settle_best(self) -> None:
         """``best`` becomes the best confirmed config (its results combined) when there is one:
         what ``tune`` returns, by the rule of ``log.rank_configs``."""

@@ -340,6 +340,26 @@ def test_progress_bar_writes_a_line_per_update_off_a_terminal(task):
     assert "6/6 trials" in lines[-1] and "re-measured 9" in lines[-1] and "done in" in lines[-1]
 
 
+def test_progress_bar_shows_the_raced_incumbent_not_a_lucky_timing(task):
+    """The second config's one timing is twice as fast (0.0164 GFLOP/s), by luck: it loses
+    its race, and the bar keeps showing the incumbent's 0.0082 (its re-measures)."""
+    tuner = RandomTuner(task, seed=0)
+    order: list[int] = []
+
+    def first(i):
+        order.append(i)
+        return [1e-3, 5e-4, 3e-3, 3e-3][len(order) - 1]
+
+    _install(tuner, first, lambda i: 1e-3 if i == order[0] else 2e-3)
+    out = io.StringIO()
+    tuner.tune(4, MeasureOption(n_parallel=1, remeasure_top=0), callbacks=[progress_bar(out)])
+    lines = out.getvalue().splitlines()
+    assert tuner.races == 1 and tuner.best.config.index == order[0]
+    assert "best 0.01 GFLOP/s" in lines[-1] and "4/4 trials" in lines[-1]
+    assert all("best 0.02" not in ln for ln in lines[2:])     # after the race
+    assert tuner.incumbent().config.index == order[0]
+
+
 # ---- the OpenMP wait policy -----------------------------------------------------------------
 
 _OMP_PROBE = """
