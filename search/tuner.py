@@ -304,10 +304,8 @@ class Tuner:
 
     def _settle_best(self) -> None:
         """``best`` becomes the best confirmed config (its results combined) when there is one:
-        what ``tune`` returns, by the rule of ``log.rank_configs``."""
-        best = self._ranked_configs(confirmed_first=True)
-        if best and any(r.kind == "remeasure" for r in best[0]):
-            self.best = _combined(best[0])
+        what ``tune`` returns, by the rule of ``log.rank_configs`` (``incumbent``)."""
+        self.best = self.incumbent()
 
     def _remeasure(self, measurer, opt: MeasureOption, callbacks: list, guard) -> None:
         """Measure the best configs again in interleaved rounds (see the module docstring)."""
