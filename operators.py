@@ -163,13 +163,15 @@ def instantiate(op: Operator, args: tuple, logs: LogArg, target: str, any_host: 
 @dataclass
 class Best:
     """The best logged config of an operator: its record (by the median rule), task,
-    config, and the schedule and tensors it instantiates."""
+    config, the schedule and tensors it instantiates, and what its cost is the median of, in
+    words (``log.how_ranked``)."""
 
     record: Any
     task: Any
     config: Any
     schedule: Any
     tensors: list
+    how: str = ""
 
 
 def best_record(op: Operator, args: tuple, logs: LogArg, target: str,
@@ -196,6 +198,7 @@ def best_record(op: Operator, args: tuple, logs: LogArg, target: str,
 
 
 def _first_usable(records, task, any_host: bool, iter_best) -> Best | None:
+    from .search.log import how_ranked
     for rec, cfg in iter_best(records, task, any_host, "looptune"):
         try:
             s, tensors = task.instantiate(cfg)
@@ -203,7 +206,7 @@ def _first_usable(records, task, any_host: bool, iter_best) -> Best | None:
             log.warning("skipping config %d of task %s: the template raised %s: %s",
                         rec.index, task.key, type(e).__name__, " ".join(str(e).split())[:200])
             continue
-        return Best(rec, task, cfg, s, tensors)
+        return Best(rec, task, cfg, s, tensors, how_ranked(rec, records))
     return None
 
 

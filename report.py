@@ -241,12 +241,9 @@ def summarise_tuning(op: Operator, args: tuple, target: str, log, rounds: int = 
     t, tf, tn = tm["tuned"], tm["fallback"], tm["numpy"]
     rec = best.record
     knobs = ", ".join(f"{k}={v}" for k, v in rec.config.get("knobs", {}).items())
-    n = len(rec.costs)
-    how = "measured once" if rec.kind != "remeasure" else \
-        "one re-measure" if n == 1 else f"median of {n} re-measures"
     gf = f"  ({flop / t.median / 1e9:.1f} GFLOP/s)" if flop else ""
     return "\n".join([
-        f"best config #{rec.index} ({how}): {knobs}",
+        f"best config #{rec.index} ({best.how}): {knobs}",
         f"  timed again in {rounds} interleaved rounds (median ± half the range):",
         f"  tuned     {t.median * 1e3:9.3f} ms ±{t.spread * 100:4.1f}%{gf}",
         f"  fallback  {tf.median * 1e3:9.3f} ms ±{tf.spread * 100:4.1f}%   -> speedup of tuned: "

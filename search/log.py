@@ -356,8 +356,8 @@ def rank_configs(records: Iterable[Record]) -> list[Record]:
 
     Each config comes back as one Record: its only record, or its latest one with ``costs``
     set to the per-record costs that count (so ``.cost`` is the median of rule 2) and
-    ``kind`` ``"remeasure"`` when any of its records is one. A config is its index *and* knob values,
-    so records of an older template with other knobs never merge with current ones.
+    ``kind`` ``"remeasure"`` when any of its records is one. A config is its index *and* knob
+    values, so records of an older template with other knobs never merge with current ones.
     """
     groups: dict[tuple, list[Record]] = {}
     wrong: set[tuple] = set()

@@ -119,9 +119,9 @@ class MeasureOption:
 
     At the end of a tune the ``remeasure_top`` best configs are measured again in
     ``remeasure_rounds`` interleaved rounds (0: no re-measure); the best is then chosen by the
-    median over each config's re-measures (``counted``). ``noise_threshold`` (a fraction; None: off) and
-    ``noise_retries`` control the noise guard; ``busy_threshold`` (cores other processes may
-    keep busy; None: off) and ``busy_wait`` (seconds to wait for them to stop before a run;
+    median over each config's re-measures (``counted``). ``noise_threshold`` (a fraction;
+    None: off) and ``noise_retries`` control the noise guard; ``busy_threshold`` (cores other
+    processes may keep busy; None: off) and ``busy_wait`` (seconds to wait for them to stop before a run;
     0: only warn) the contention guard; ``remeasure_fresh`` runs each re-measure round in a new
     runner process (see the module docstring); ``remeasure_interleaved`` times a round's
     configs in turns, block by block (False: one config after the other, each with its own

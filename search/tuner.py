@@ -28,8 +28,8 @@ result, and the trial count. ``tune``:
    trials;
 5. returns the best correct result by the rule of ``log.rank_configs`` (the median over a
    config's measurements, over its re-measures once it has some, re-measured configs first;
-   its ``costs`` are then one cost per measurement that counts), or raises :class:`TuningError` summarising the error kinds when every
-   candidate failed.
+   its ``costs`` are then one cost per measurement that counts), or raises
+   :class:`TuningError` summarising the error kinds when every candidate failed.
 """
 from __future__ import annotations
 
