@@ -12,7 +12,7 @@ from ..lang.expr import Var
 from ..schedule.lower import LoweredFunc, lower
 from ..schedule.schedule import Schedule
 from .arrays import host_arrays
-from .c_codegen import CSource, generate_c
+from .c_codegen import RELEASE_SYMBOL, CSource, generate_c
 from .compiler import check_sanitizer_runtime, compile_shared, flags_for
 from .module import ArgChecker, TimeResult, pin_openmp_runtime, time_callable
 from .sanitize import check_function_name
@@ -49,6 +49,12 @@ class CModule:
         self._ptr_types = [f"{_CFFI_TYPES.get(t.dtype, dt.c_type(t.dtype))} *" for t in func.args]
         self._buf_types = [self._ffi.typeof(t[:-2] + "[]") for t in self._ptr_types]
         self._size_at = _size_locations(func)
+
+    def release_workspaces(self) -> None:
+        """Free the intermediates this function keeps between calls (those no call is using
+        now); the next call allocates them again. Its library is shared by every module built
+        from the same code, so this frees theirs too."""
+        getattr(self._lib, RELEASE_SYMBOL)()
 
     def _pointers(self, arrays) -> list:
         cast = self._ffi.cast
@@ -221,7 +227,7 @@ def run_error(fname: str, code: int, checks=()) -> RunError:
 def _cffi_decl(func: LoweredFunc) -> str:
     params = [f"{_CFFI_TYPES.get(t.dtype, dt.c_type(t.dtype))} *" for t in func.args]
     params += ["int64_t"] * len(func.size_vars)
-    return f"int {func.name}({', '.join(params)});"
+    return f"int {func.name}({', '.join(params)});\nvoid {RELEASE_SYMBOL}(void);"
 
 
 def build(s, args, target="c", name: str = "main", may_alias=()):
@@ -248,6 +254,12 @@ def build(s, args, target="c", name: str = "main", may_alias=()):
     ``-fast-math`` it is a plain multiply by the reciprocal (within 1.5 ulp, as gcc's
     -ffast-math would make it).
 
+    Intermediates too large for the stack are allocated once and kept between calls (a
+    workspace per allocation site, up to 8 calls at a time; a ninth allocates its own): fresh
+    pages at every call would cost a page fault per 4 KiB. ``module.release_workspaces()``
+    frees them (the next call allocates again); the target option ``-alloc-per-call``
+    allocates and frees them at every call instead.
+
     ``may_alias``: arguments (tensors of ``args``, or their names) that the caller may pass
     one buffer, such as an elementwise kernel's output written over an input of its shape.
     Their C parameters are not ``restrict`` (every other pointer is), and the checked call
@@ -270,13 +282,21 @@ def build(s, args, target="c", name: str = "main", may_alias=()):
     check_sanitizer_runtime(tgt)
     code = generate_c(func, threads, bool(tgt.options.get("bounds-check")), frozenset(alias),
                       bool(tgt.options.get("libm-exp")), bool(tgt.options.get("ieee-div")),
-                      bool(tgt.options.get("fast-math")))
+                      bool(tgt.options.get("fast-math")),
+                      allocates_per_call(tgt))
     cc = tgt.options.get("cc", "gcc")
     flags = flags_for(tgt.options, code.uses_parallel)
     if code.vector_math:
         flags.append("-lmvec")
     lib = compile_shared(code.source, cc, flags, name=name)
     return CModule(func, code, lib, tgt, alias)
+
+
+def allocates_per_call(tgt: Target) -> bool:
+    """Whether the C code of target ``tgt`` allocates its heap intermediates at every call
+    (-alloc-per-call, and under a sanitizer: each intermediate its own allocation, its exact
+    size, checked) rather than keeping workspaces between calls."""
+    return bool(tgt.options.get("alloc-per-call") or tgt.options.get("sanitize"))
 
 
 def _alias_positions(func: LoweredFunc, may_alias) -> tuple[int, ...]:

@@ -58,16 +58,64 @@ static inline void lt_fail(int *status, int code) {
   int ok = 0;
   __atomic_compare_exchange_n(status, &ok, code, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 }
-/* an intermediate of elem * dims[0] * ... bytes, 64-byte aligned; NULL (never abort) when the
-   size overflows size_t or memory is exhausted */
-static inline void *lt_alloc(size_t elem, int n, const int64_t *dims) {
+/* the bytes of an intermediate of elem * dims[0] * ..., rounded up to whole 64-byte lines
+   (at least one); 0 when the size overflows size_t */
+static inline size_t lt_bytes(size_t elem, int n, const int64_t *dims) {
   size_t bytes = elem;
   for (int i = 0; i < n; ++i) {
     if (dims[i] <= 0) { bytes = 0; break; }
-    if (__builtin_mul_overflow(bytes, (uint64_t)dims[i], &bytes)) return NULL;
+    if (__builtin_mul_overflow(bytes, (uint64_t)dims[i], &bytes)) return 0;
   }
-  if (bytes > SIZE_MAX - 63) return NULL;
-  return aligned_alloc(64, bytes ? (bytes + 63) / 64 * 64 : 64);
+  if (bytes > SIZE_MAX - 63) return 0;
+  return bytes ? (bytes + 63) / 64 * 64 : 64;
+}
+/* an intermediate, 64-byte aligned; NULL (never abort) when the size overflows size_t or
+   memory is exhausted */
+static inline void *lt_alloc(size_t elem, int n, const int64_t *dims) {
+  size_t bytes = lt_bytes(elem, n, dims);
+  return bytes ? aligned_alloc(64, bytes) : NULL;
+}
+/* Workspaces: the heap intermediates of a function stay allocated between its calls (fresh
+   pages at every call cost a page fault per 4 KiB: 0.55 ms of a 0.72 ms Winograd conv2d whose
+   3.7 MB of intermediates glibc unmapped after each call). An allocation site has
+   LT_WS_SLOTS blocks; a call takes an idle one with an atomic exchange (concurrent calls and
+   the threads of a parallel loop take different ones), grows it when it is too small and
+   gives it back; when every block is taken it allocates its own and frees it. The library
+   frees the idle blocks when unloaded (and lt_release_workspaces() where it defines it). */
+#define LT_WS_SLOTS 8
+typedef struct { int busy; size_t cap; void *p; } lt_ws;
+static inline void *lt_ws_take(lt_ws *site, size_t elem, int n, const int64_t *dims,
+                               lt_ws **slot) {
+  size_t bytes = lt_bytes(elem, n, dims);
+  *slot = NULL;
+  if (!bytes) return NULL;
+  for (int i = 0; i < LT_WS_SLOTS; ++i) {
+    lt_ws *w = &site[i];
+    if (__atomic_exchange_n(&w->busy, 1, __ATOMIC_ACQUIRE)) continue;
+    if (w->cap < bytes) {
+      free(w->p);
+      w->p = aligned_alloc(64, bytes);
+      w->cap = w->p ? bytes : 0;
+      if (!w->p) { __atomic_store_n(&w->busy, 0, __ATOMIC_RELEASE); return NULL; }
+    }
+    *slot = w;
+    return w->p;
+  }
+  return aligned_alloc(64, bytes);
+}
+static inline void lt_ws_give(lt_ws *slot, void *p) {
+  if (slot) __atomic_store_n(&slot->busy, 0, __ATOMIC_RELEASE);
+  else free(p);
+}
+/* frees the idle blocks of n slots (a block in use by a call stays) */
+static inline void lt_ws_free(lt_ws *pool, int n) {
+  for (int i = 0; i < n; ++i) {
+    if (__atomic_exchange_n(&pool[i].busy, 1, __ATOMIC_ACQUIRE)) continue;
+    free(pool[i].p);
+    pool[i].p = NULL;
+    pool[i].cap = 0;
+    __atomic_store_n(&pool[i].busy, 0, __ATOMIC_RELEASE);
+  }
 }
 /* -bounds-check: i if 0 <= i < n, else -1 and the error LT_ERR_BOUNDS + site */
 static inline int64_t lt_chk(int64_t i, int64_t n, int site, int *status) {
@@ -181,8 +229,12 @@ class CCodegen(StmtVisitor):
     """Turns a LoweredFunc into a C translation unit with one exported function."""
 
     def __init__(self, threads: int | None = None, bounds_check: bool = False,
-                 libm_exp: bool = False, ieee_div: bool = False, fast_math: bool = False):
+                 libm_exp: bool = False, ieee_div: bool = False, fast_math: bool = False,
+                 alloc_per_call: bool = False):
         self.lines: list[str] = []
+        self.alloc_per_call = alloc_per_call
+        self.pool = "lt_ws_pool"         # the function's workspaces (named in function())
+        self.workspaces = 0              # heap allocation sites with a kept workspace
         self.bounds_check = bounds_check
         self.libm_exp = libm_exp
         self.ieee_div = ieee_div
@@ -394,18 +446,29 @@ class CCodegen(StmtVisitor):
             self.visit(s.body)
             self.emit("}")
             return
-        # the size in 64 bits, checked for overflow by lt_alloc; no buffer: LT_ERR_ALLOC and
+        # the size in 64 bits, checked for overflow by lt_bytes; no buffer: LT_ERR_ALLOC and
         # the statements that use it are skipped (inside parallel loops too)
         dims = [self.expr.visit(x) for d in b.shape for x in _factors(simplify(_dim(d)))]
+        shape = f"sizeof({ctype}), {len(dims)}, (const int64_t[]){{{', '.join(dims)}}}"
         self.emit("{")
-        self.emit(f"{ctype} *restrict {name} = ({ctype} *)lt_alloc(sizeof({ctype}), {len(dims)}, "
-                  f"(const int64_t[]){{{', '.join(dims)}}});")
+        if self.alloc_per_call:
+            self.emit(f"{ctype} *restrict {name} = ({ctype} *)lt_alloc({shape});")
+            release = f"free({name});"
+        else:
+            # a workspace kept between calls (lt_ws_take in the prelude)
+            slot = self._unique(("ws", id(b)), f"{name}_ws")
+            site = f"&{self.pool}[{self.workspaces} * LT_WS_SLOTS]"
+            self.workspaces += 1
+            self.emit(f"lt_ws *{slot};")
+            self.emit(f"{ctype} *restrict {name} = ({ctype} *)lt_ws_take({site}, {shape}, "
+                      f"&{slot});")
+            release = f"lt_ws_give({slot}, {name});"
         self.emit(f"if (!{name}) {{")
         self.emit("  lt_fail(&lt_status, LT_ERR_ALLOC);")
         self.emit("} else {")
         self.depth += 1
         self.visit(s.body)
-        self.emit(f"free({name});")
+        self.emit(release)
         self.depth -= 1
         self.emit("}")
         self.emit("}")
@@ -428,6 +491,7 @@ class CCodegen(StmtVisitor):
             params.append(f"int64_t {self.var_name(v)}")
         outs = [self.buf_name(b) for t, b in zip(f.args, f.buffers) if id(t) not in inputs]
         self.page_ref = outs[0] if outs else None
+        self.pool = f"lt_ws_{f.name}"
         self.visit(f.body)
         if self.streams:
             self.emit("lt_sfence();")
@@ -436,7 +500,7 @@ class CCodegen(StmtVisitor):
         return CSource(f"{sig} {{\n  int lt_status = 0;\n{body}\n  return lt_status;\n}}\n",
                        sig + ";", frozenset(self.minmax), self.uses_parallel,
                        frozenset(self.math & vector_math_functions()), tuple(self.checks),
-                       frozenset(self.helpers))
+                       frozenset(self.helpers), (self.pool, self.workspaces))
 
 
 @dataclass(frozen=True)
@@ -466,15 +530,38 @@ class CSource:
     vector_math: frozenset = frozenset()   # libm functions declared SIMD (glibc libmvec)
     checks: tuple = ()                     # BoundsCheck of each -bounds-check site, in order
     helpers: frozenset = frozenset()       # math helpers of backends/c_math.py it calls
+    workspaces: tuple = ("", 0)            # its workspace pool's name, allocation sites
 
     @property
     def source(self) -> str:
-        """A complete translation unit for this function alone."""
-        return translation_unit([self])
+        """A complete translation unit for this function alone, with
+        ``lt_release_workspaces()`` (build.py's modules call it to free the kept workspaces)."""
+        return translation_unit([self], release=RELEASE_SYMBOL)
 
 
-def translation_unit(parts: list[CSource]) -> str:
-    """The prelude, the helpers every part needs (once), then each function."""
+RELEASE_SYMBOL = "lt_release_workspaces"
+
+
+def _workspace_source(parts: list[CSource], release: str | None) -> str:
+    """The workspace pools of ``parts`` (a heap intermediate kept between calls: lt_ws_take),
+    a destructor that frees them when the library is unloaded and, with ``release``, a
+    function of that name that frees the idle ones."""
+    pools = [(name, n) for name, n in (p.workspaces for p in parts) if n]
+    if not pools:
+        return (f"void {release}(void) {{}}\n" if release else "")
+    out = [f"static lt_ws {name}[{n} * LT_WS_SLOTS];" for name, n in pools]
+    frees = "".join(f"  lt_ws_free({name}, {n} * LT_WS_SLOTS);\n" for name, n in pools)
+    out.append(f"static void lt_ws_release_all(void) {{\n{frees}}}")
+    out.append("__attribute__((destructor)) static void lt_ws_unload(void) "
+               "{ lt_ws_release_all(); }")
+    if release:
+        out.append(f"void {release}(void) {{ lt_ws_release_all(); }}")
+    return "\n".join(out) + "\n"
+
+
+def translation_unit(parts: list[CSource], release: str | None = None) -> str:
+    """The prelude, the helpers every part needs (once), the workspace pools, then each
+    function; ``release``: also a function of that name that frees the kept workspaces."""
     dtypes = sorted(set().union(*(p.minmax_dtypes for p in parts)))
     helpers = "".join(_minmax_helpers(d) for d in dtypes)
     vm = sorted(set().union(*(p.vector_math for p in parts)))
@@ -482,7 +569,8 @@ def translation_unit(parts: list[CSource]) -> str:
     # without -ffast-math's other effects on exactness
     decls = "".join(f"#pragma omp declare simd notinbranch\n{_proto(fn)}\n" for fn in vm)
     helpers += helper_source(set().union(*(p.helpers for p in parts)))
-    return PRELUDE + decls + helpers + "".join("\n" + p.function for p in parts)
+    return (PRELUDE + decls + helpers + _workspace_source(parts, release)
+            + "".join("\n" + p.function for p in parts))
 
 
 # each C library function of an intrinsic -> (its C type, its arity)
@@ -524,7 +612,8 @@ def _minmax_helpers(d: str) -> str:
 
 def generate_c(f: LoweredFunc, threads: int | None = None, bounds_check: bool = False,
                may_alias: frozenset[int] = frozenset(), libm_exp: bool = False,
-               ieee_div: bool = False, fast_math: bool = False) -> CSource:
+               ieee_div: bool = False, fast_math: bool = False,
+               alloc_per_call: bool = False) -> CSource:
     """C code for one lowered function; ``bounds_check``: data-dependent indices are checked at
     run time (the target option -bounds-check). Every pointer parameter is ``restrict`` but
     those at the argument positions ``may_alias``: the caller may pass them one buffer (an
@@ -535,6 +624,6 @@ def generate_c(f: LoweredFunc, threads: int | None = None, bounds_check: bool = 
     bit but for 0 < |x| < 2^-100, within 1 ulp there) unless ``ieee_div`` (-ieee-div), or a
     plain multiply by it with ``fast_math`` (-fast-math: what gcc's -ffast-math makes of it)."""
     from ..lang.tensor import PlaceholderOp
-    gen = CCodegen(threads, bounds_check, libm_exp, ieee_div, fast_math)
+    gen = CCodegen(threads, bounds_check, libm_exp, ieee_div, fast_math, alloc_per_call)
     inputs = {id(t) for t in f.args if isinstance(t.op, PlaceholderOp)}
     return gen.function(f, inputs, frozenset(may_alias))

@@ -13,7 +13,7 @@ from ..schedule.passes import REGION_HOOKS
 
 _KNOWN = {
     "c": {"cc", "threads", "sanitize", "fast-math", "O", "march", "bounds-check", "libm-exp",
-          "ieee-div"},
+          "ieee-div", "alloc-per-call"},
     "opencl": {"device", "platform"},
 }
 # options that take a value, with the values they accept (None: any non-empty text)
@@ -26,7 +26,8 @@ _VALUES = {
     "device": (None, "a device type such as -device=cpu"),
     "platform": (None, "a platform name such as -platform=pocl"),
 }
-_BARE_OK = {"sanitize", "fast-math", "bounds-check", "libm-exp", "ieee-div"}
+_BARE_OK = {"sanitize", "fast-math", "bounds-check", "libm-exp", "ieee-div",
+            "alloc-per-call"}
 MARCH_ENV = "LOOPTUNE_MARCH"      # the -march of C targets that name none (default: native)
 
 

@@ -228,14 +228,26 @@ def runner_job(state: RunnerState, job: tuple) -> dict[str, Any]:
     opt = state.option
     f, tensors, arrays, first, msg = _load_and_check(state, index)
     if msg:
+        _release(f)
         return {"kind": "wrong_result", "msg": msg}
     if (best is not None and opt.slow_cutoff is not None and first * 1e3 > opt.cutoff_min_ms
             and first > opt.slow_cutoff * best):
+        _release(f)
         return {"kind": "none", "costs": [first],
                 "msg": f"timing cut short: the first call took {first * 1e3:.3f} ms, over "
                        f"{opt.slow_cutoff:g}x the best so far ({best * 1e3:.3f} ms)"}
     sets = [arrays] + [state.arrays(tensors, p) for p in range(1, len(PLACEMENTS))]
-    return {"kind": "none", **_probed(state, guard, lambda: _time(f, sets, opt))}
+    out = {"kind": "none", **_probed(state, guard, lambda: _time(f, sets, opt))}
+    _release(f)
+    return out
+
+
+def _release(f) -> None:
+    """Frees the workspaces a C function keeps between calls (backends/build.py): a runner
+    times hundreds of configs, each library stays loaded, and each would keep its own."""
+    release = getattr(f, "release_workspaces", None)
+    if release is not None:
+        release()
 
 
 def round_job(state: RunnerState, indices: list[int], guard: bool) -> dict[str, Any]:
@@ -250,6 +262,7 @@ def round_job(state: RunnerState, indices: list[int], guard: bool) -> dict[str, 
     for index in indices:
         f, tensors, _, _, msg = _load_and_check(state, index)
         if msg:
+            _release(f)
             results[index] = {"kind": "wrong_result", "msg": msg}
         else:
             funcs[index] = f
@@ -257,6 +270,8 @@ def round_job(state: RunnerState, indices: list[int], guard: bool) -> dict[str, 
         return {"results": results}
     sets = [state.arrays(tensors, p) for p in range(len(PLACEMENTS))]
     timed = _probed(state, guard, lambda: _time_interleaved(funcs, sets, state.option))
+    for f in funcs.values():
+        _release(f)
     results.update({i: {"kind": "none", "costs": c} for i, c in timed.pop("costs").items()})
     return {"results": results, **timed}
 

@@ -562,6 +562,28 @@ def test_with_flush_cache_every_block_starts_cold(task, monkeypatch):
     assert events == ["warm"] + ["flush"] * 2 * len(jobs.PLACEMENTS)
 
 
+def test_the_runner_frees_each_configs_workspaces_after_timing_it(task, monkeypatch):
+    """A runner loads hundreds of configs' libraries (they stay loaded); each keeps its
+    intermediates between calls (backends/build.py): after timing, a measure job and a
+    re-measure round free them, and only after the last timed call."""
+    from looptune.search import jobs
+    events = []
+    real_time = jobs._time
+    monkeypatch.setattr(jobs, "_time", lambda f, sets, opt: (events.append("time"),
+                                                            real_time(f, sets, opt))[1])
+    monkeypatch.setattr(jobs, "_release", lambda f: events.append(("release", f.name)))
+    state = jobs.RunnerState(task, MeasureOption(n_parallel=1, noise_threshold=None,
+                                                 number=1, repeat=2), None)
+    out = jobs.runner_job(state, (task.config_space.get(1).index, None))
+    assert out["kind"] == "none"
+    assert events == ["time", ("release", task.func_name)]
+    events.clear()
+    indices = [task.config_space.get(k).index for k in (1, 2)]
+    out = jobs.round_job(state, indices, False)
+    assert set(out["results"]) == set(indices)
+    assert events == [("release", task.func_name)] * 2
+
+
 # ---- OpenBLAS's idle threads --------------------------------------------------------------
 
 _BLAS_PROBE = """
