@@ -622,7 +622,9 @@ def generate_c(f: LoweredFunc, threads: int | None = None, bounds_check: bool = 
     (the target option -libm-exp), which calls the C library's ``expf``. A float32 division
     by a constant is a multiply by its reciprocal with a correction (``lt_divf``: x / c bit for
     bit but for 0 < |x| < 2^-100, within 1 ulp there) unless ``ieee_div`` (-ieee-div), or a
-    plain multiply by it with ``fast_math`` (-fast-math: what gcc's -ffast-math makes of it)."""
+    plain multiply by it with ``fast_math`` (-fast-math: what gcc's -ffast-math makes of it).
+    Heap intermediates are workspaces kept between calls (``lt_ws_take``) unless
+    ``alloc_per_call`` (-alloc-per-call, and the sanitizers): then allocated at every call."""
     from ..lang.tensor import PlaceholderOp
     gen = CCodegen(threads, bounds_check, libm_exp, ieee_div, fast_math, alloc_per_call)
     inputs = {id(t) for t in f.args if isinstance(t.op, PlaceholderOp)}

@@ -127,6 +127,15 @@ def _header(variants: list[_Variant], cc: str, stem: str, runtime) -> str:
         lines.append(" */")
         lines.append(code.declaration.replace("*restrict ", "*"))
         lines.append("")
+    kept = [m.name for m, code in zip(base.mods, base.codes)
+            if getattr(code, "workspaces", ("", 0))[1]]
+    if kept:
+        lines += [f"/* Workspaces: {c_comment(', '.join(kept))} keep their intermediates",
+                  " * too large for the stack allocated between calls (up to 8 calls of a",
+                  " * function at a time; more allocate their own), so that no call faults in",
+                  " * fresh pages; the library frees them when it is unloaded. Build with the",
+                  " * target option -alloc-per-call to allocate them at every call instead. */",
+                  ""]
     if runtime is not None:
         lines += ["/* Why this thread's last OpenCL function call returned non-zero. The OpenCL",
                   " * loader is opened at the first call: pyopencl's (as at export), else",

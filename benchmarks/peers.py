@@ -13,8 +13,8 @@ tensordot, ...), PyTorch eager (when ``import torch`` works), Halide (when ``imp
 works; the pipelines of ``peers_halide.py``) in the columns chosen by ``--halide`` (default
 both): ``hand``, its hand schedules, and ``adams2019``, the same algorithm scheduled by Halide's
 Adams2019 auto scheduler (the plugin of the halide wheel, ``parallelism`` = ``--threads``),
-looptune's hand schedules from ``examples/`` (every operator of the example file: ``conv2d``
-and ``conv2d_nchwc``) and, with ``--log``, the best tuned or auto-scheduled config the logs
+looptune's hand schedules from ``examples/`` (every operator of the example file: ``conv2d``,
+``conv2d_nchwc`` and ``conv2d_winograd``) and, with ``--log``, the best tuned or auto-scheduled config the logs
 hold (merged; a directory stands for its ``*.jsonl`` files, e.g. the ``--out`` of
 ``benchmarks/auto_schedule.py``, whose ``<op>.jsonl`` hold the auto task of the example's
 algorithm at its default size, the full size here). An operator without a record in the logs
@@ -48,7 +48,8 @@ floors are then measured at AVX2 too. Tuned logs must then come from a tune run 
 
 Below the table, one line per workload says whether the goal is met and, if not, why: the
 machine's floor for the work (``floor_spec``: sgemm and conv2d at the FMA peak of
-``fma_peak.py``; softmax, layernorm and blur at the time of y = 2x over their arrays, the
+``fma_peak.py``, for the direct convolution's multiplies (conv2d_winograd does 4x fewer, so
+it can run under that floor); softmax, layernorm and blur at the time of y = 2x over their arrays, the
 ``scale`` of ``memory_floor.py``), measured in a fresh process after the rounds, against
 1.1x the best peer: "out of reach here" when that would beat the floor, else how close
 looptune and the peer come to it (``--no-floors`` skips this).

@@ -20,6 +20,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 SMALL = {
     "matmul": (13, 45, 7), "matmul_relu": (13, 45, 7), "batch_matmul": (2, 9, 37, 5),
     "conv2d": (1, 5, 9, 11, 6, 3, 3, 2, 1), "conv2d_nchwc": (1, 5, 9, 11, 18, 3, 3, 1, 1),
+    "conv2d_winograd": (2, 5, 9, 11, 6, 3, 3, 1, 1),
     "depthwise_conv2d": (1, 5, 9, 11, 3, 3, 2, 1), "max_pool2d": (1, 3, 9, 11, 3, 3, 2, 1),
     "avg_pool2d": (1, 3, 9, 11, 2, 2, 2, 0), "softmax": (7, 37), "layernorm": (7, 37),
     "transpose": (13, 37), "blur": (11, 37),

@@ -154,6 +154,7 @@ def test_exported_library_keeps_workspaces_and_frees_them_when_unloaded(tmp_path
     paths = lt.export_library(f, tmp_path / "libws")
     src = paths["c"].read_text()
     assert "__attribute__((destructor)) static void lt_ws_unload" in src
+    assert "Workspaces: ws_export keep their intermediates" in paths["h"].read_text()
     lib = ctypes.CDLL(str(paths["so"]))
     a = np.random.default_rng(5).random(size, dtype=np.float32)
     for _ in range(3):
