@@ -53,6 +53,12 @@ rules. Op patterns decide (:mod:`.auto_rules`), the CPU rules apply them (:mod:`
   parallel iteration, window loops outside the vector loop (``cache``: True first; the
   whole row as ``width`` first when it is at most 4 vectors), and the padding it alone reads
   is then computed per parallel iteration too (``<pad>.at``: ``tile`` first);
+- a *coefficient table* (a stage selecting among constants along an axis, as a Winograd
+  transform's rows of coefficients: ``lt.if_then_else(lt.equal(a, 0), ...)`` chains, or along
+  an axis modulo m, as its output transform's ``x % m``; ``auto_rules.table_axes``) is kept
+  at root first, its table loops unrolled right outside the vector loop (a modular one split
+  by m: its inner part unrolled inside the vector loop, the outer part vectorized), so every
+  select folds to one branch;
 - threads (knob ``parallel``, one per kernel): the parallel loops above, or none; first
   choice: parallel only when the kernel's estimated single-thread work pays for an OpenMP
   region, so that a small model's kernels do not each wake the threads for a few
@@ -100,12 +106,13 @@ from .auto_rules import (
     reads_along_row_tiles,
     row_consumers,
     slides_along_rows,
+    table_axes,
 )
 from .task import Task
 from .template import DagTemplate, find_template, register
 from .tuners import make_tuner, tuner_class
 
-SKETCH_VERSION = 13    # 2: row statistics computed per row of their output
+SKETCH_VERSION = 14    # 2: row statistics computed per row of their output
                       # 3: epilogue chains (contraction -> bias -> activation)
                       # 4: multi-level tiling, packing, the rfactor rule, sized by the machine
                       # 5: knob 'parallel' (small kernels on one thread)
@@ -130,6 +137,8 @@ SKETCH_VERSION = 13    # 2: row statistics computed per row of their output
                       #    may be computed per row and stored per parallel strip
                       #    (<stage>.slide: store_at, each row computed once per strip)
                       # 13: the streamed operand's prefetch unclamped (bound="nonfaulting")
+                      # 14: coefficient tables (selects on an axis, or an axis modulo m,
+                      #    equal to constants) unrolled so the selects fold, kept at root
 
 # ---- the DAG ---------------------------------------------------------------------------------
 
@@ -275,8 +284,10 @@ def _define_knobs(cfg, p: _Plan) -> None:
             cfg.define_knob(f"{p.names[id(st)]}.slide", [False, True])
         if id(st) in p.tile_fed:
             r = p.tile_fed[id(st)]
-            at = ["tile", "root"] if id(r) not in p.plans or \
-                reads_along_row_tiles(r.op, st.op, p.plans[id(r)]) else ["root", "tile"]
+            at = ["tile", "root"] if (id(r) not in p.plans or reads_along_row_tiles(
+                r.op, st.op, p.plans[id(r)])) and not table_axes(st.op) else ["root", "tile"]
+            # (a coefficient table at root: per tile its table loops may start at a tile's
+            # offset, where its selects no longer fold)
             cfg.define_knob(f"{p.names[id(st)]}.at", at)
     for st in p.stages:
         if id(st) in p.per_row and cpu.row_knobs(cfg, st.op, p.names[id(st)], p.machine,

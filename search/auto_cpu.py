@@ -43,6 +43,7 @@ from .auto_rules import (
     may_stream,
     prefetch_ahead,
     row_axis,
+    table_axes,
 )
 
 
@@ -115,9 +116,16 @@ def per_tile(s, st, at_stage, at_loop) -> None:
     """Padding stage ``st`` computed per parallel iteration of the contraction that reads it
     (``at_loop`` of ``at_stage``, from :func:`tile_contraction`): only the window that
     iteration reads (its halo recomputed by the neighbours), written while it stays in
-    cache, its rows vectorized."""
+    cache, its rows vectorized (its coefficient-table loops unrolled outside them)."""
     st.compute_at(at_stage, at_loop)
-    st.vectorize(st.op.axis[-1])
+    axes = list(st.op.axis)
+    tables = [ax for ax, mod in table_axes(st.op) if mod is None]
+    if tables:
+        rest = [a for a in axes if not any(a is t for t in tables)]
+        st.reorder(*rest[:-1], *tables, rest[-1])
+        for t in tables:
+            st.unroll(t)
+    st.vectorize(axes[-1])
 
 
 def _output_levels(cfg, st, name: str, plan: TilePlan, axis_of, accumulates: bool = False,
@@ -469,7 +477,18 @@ def vectorize_parallel(cfg, s, T, name: str, has_lanes: bool, machine: Machine,
     if not axes:                                  # a scalar: nothing to tile
         return None
     red = list(st.op.reduce_axis)
+    # coefficient tables (auto_rules.table_axes), unrolled so that their selects fold: right
+    # outside the vector loop, and a modular one of the vector axis inside it (its outer
+    # part vectorized: the Winograd output transform's columns x = 4 * xo + xi)
+    tables, inner = _table_loops(st, axes) if not _accumulates_rows(st.op) else ([], [])
+    axes = [a for a in axes if not any(a is t for t in tables)]
+    if not axes:
+        return None
     if extent(axes[-1]) == 1 or cfg[f"{name}.vec"].val == "none":
+        if tables or inner:
+            st.reorder(*axes, *tables, *inner)
+            for t in tables + inner:
+                st.unroll(t)
         if par:
             return st, fuse_parallel(st, axes)
         return None
@@ -484,11 +503,15 @@ def vectorize_parallel(cfg, s, T, name: str, has_lanes: bool, machine: Machine,
     rows: list = []
     outer = axes[:-1]
     ax = row_axis(st.op)
-    if len(axes) >= 2 and extent(axes[ax]) > 1 and cfg[f"{name}.rows"].val > 1:
-        yo, yi = st.split(axes[ax], factor=cfg[f"{name}.rows"].val)
-        outer, rows = [yo if k == ax else a for k, a in enumerate(axes[:-1])], [yi]
+    row = st.op.axis[ax]
+    if len(st.op.axis) >= 2 and extent(row) > 1 and cfg[f"{name}.rows"].val > 1 and \
+            any(a is row for a in outer):
+        yo, yi = st.split(row, factor=cfg[f"{name}.rows"].val)
+        outer, rows = [yo if a is row else a for a in outer], [yi]
     outer = outer + ([o] if o is not None else [])
-    st.reorder(*outer, *rows, *red, i)            # lanes = independent outputs
+    st.reorder(*outer, *rows, *tables, *red, i, *inner)   # lanes = independent outputs
+    for t in tables + inner:
+        st.unroll(t)
     if stream:
         st.stream(i)
     else:
@@ -503,6 +526,22 @@ def vectorize_parallel(cfg, s, T, name: str, has_lanes: bool, machine: Machine,
         p.store_at(st, at)
         p.vectorize(p.op.axis[-1])
     return st, at
+
+
+def _table_loops(st, axes: list) -> tuple[list, list]:
+    """Stage ``st``'s coefficient-table loops (``table_axes``), a modular one split by its
+    modulus (``axes``, the stage's loops, updated in place to hold the outer part): (the
+    table loops to unroll outside the vector loop, those to unroll inside it)."""
+    tables, inner = [], []
+    for ax, mod in table_axes(st.op):
+        if mod is None:
+            tables.append(ax)
+            continue
+        k = next(j for j, a in enumerate(axes) if a is ax)
+        outer, part = st.split(ax, factor=mod)
+        axes[k] = outer
+        (inner if k == len(axes) - 1 else tables).append(part)
+    return tables, inner
 
 
 def _accumulate_block(lst, st, at) -> None:

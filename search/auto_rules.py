@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ..backends.target import Target
 from ..errors import LooptuneError
 from ..lang import dtype as dt
-from ..lang.expr import BinKind, Call, Const, Load, Select, Var
+from ..lang.expr import BinKind, BinOp, Call, Const, Load, Select, Var
 from ..lang.simplify import linear_terms
 from ..lang.tensor import ComputeOp, PlaceholderOp
 from ..lang.visitor import ExprVisitor, collect_loads, collect_vars
@@ -147,6 +147,63 @@ def _has(op, *kinds) -> bool:
 
 def source(op):
     return op.body.source if op.reduce_axis else op.body
+
+
+# ---- coefficient tables ----------------------------------------------------------------------
+
+TABLE_EXTENT = 16      # a coefficient table's axis is at most this long
+TABLE_COPIES = 64      # and a stage's table axes multiply to at most this many unrolled copies
+
+
+class _EqualsConst(ExprVisitor):
+    """What a select's condition compares for equality with a constant: a variable
+    (``vars``), or a variable modulo a constant (``mods``: variable -> moduli)."""
+
+    def __init__(self):
+        self.vars: set = set()
+        self.mods: dict = {}
+
+    def visit_Select(self, e):
+        c = e.cond
+        if isinstance(c, BinOp) and c.op is BinKind.EQ:
+            for v, k in ((c.a, c.b), (c.b, c.a)):
+                if not isinstance(k, Const):
+                    continue
+                if isinstance(v, Var):
+                    self.vars.add(v)
+                elif isinstance(v, BinOp) and v.op is BinKind.FLOORMOD and \
+                        isinstance(v.a, Var) and isinstance(v.b, Const):
+                    self.mods.setdefault(v.a, set()).add(int(v.b.value))
+        super().visit_Select(e)
+
+
+def table_axes(op) -> list[tuple]:
+    """The spatial axes of ``op`` along which it selects among constants, as ``(axis,
+    modulus)``: an axis compared for equality with a constant in a select (modulus None: a
+    Winograd transform's rows of coefficients, ``lt.if_then_else(lt.equal(a, 0), ...,
+    lt.if_then_else(lt.equal(a, 1), ...))``, as TVM's const_matrix), with a constant extent
+    of at most TABLE_EXTENT, the vector loop (the innermost axis) excepted; or an axis whose
+    value modulo a constant m <= TABLE_EXTENT is (the Winograd output transform's
+    ``x % m``, an output tile of m columns): split by m, its inner part is the table.
+    Unrolled, every select folds to its one branch, so the stage is a few adds per element;
+    left a loop, each element evaluates the chain (the auto schedule of a Winograd conv2d
+    ran 5.8 ms, its hand schedule 0.76). Empty when the unrolled copies would exceed
+    TABLE_COPIES."""
+    if not isinstance(op, ComputeOp) or len(op.axis) < 2:
+        return []
+    v = _EqualsConst()
+    v.visit(source(op))
+    out, copies = [], 1
+    for k, ax in enumerate(op.axis):
+        e = extent(ax)
+        mods = v.mods.get(ax.var, set())
+        if ax.var in v.vars and 1 < e <= TABLE_EXTENT and k < len(op.axis) - 1:
+            out.append((ax, None))
+            copies *= e
+        elif len(mods) == 1 and 1 < (m := next(iter(mods))) <= TABLE_EXTENT and m < e:
+            out.append((ax, m))
+            copies *= m
+    return out if copies <= TABLE_COPIES else []
 
 
 # ---- work -----------------------------------------------------------------------------------
@@ -355,11 +412,13 @@ def row_axis(op) -> int:
 def materialize_first(s, st) -> bool:
     """The fallback keeps injective stage ``st`` at root (else inlined): a padding (a guarded
     read) feeding a reduction (a contraction, a pooling), whose inner loop would test the
-    guard at every step of its window; or a costly row-wise value (a math call) read by two
-    stages, which inlining computes twice."""
+    guard at every step of its window; a coefficient table (``table_axes``); or a costly
+    row-wise value (a math call) read by two stages, which inlining computes twice."""
     readers = s.readers(st)
     if _has(st.op, Select) and any(r.op.reduce_axis for r in readers):
         return True
+    if table_axes(st.op):      # inlined, its table axes would be its reader's index
+        return True            # expressions, and its selects would no longer fold
     return len(readers) >= 2 and _has(st.op, Call)
 
 
