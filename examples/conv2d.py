@@ -37,12 +37,14 @@ from the direct sum by about 1e-6 of the output's scale.
 """
 from __future__ import annotations
 
-import math
-from fractions import Fraction
-
-import numpy as np
-
 import looptune as lt
+import numpy as np
+from looptune.graph.ops.winograd import (
+    MAX_ALPHA,
+    coefficient_sum,
+    select_table,
+    winograd_matrices,
+)
 
 NAME = "conv2d"
 DEFAULT_ARGS = (1, 64, 56, 56, 64, 3, 3, 1, 1)   # N, C, H, W, K, KH, KW, stride, pad
@@ -222,81 +224,7 @@ def hand_schedule_nchwc(N, C, H, W, K, KH, KW, stride=1, pad=1, dtype="float32",
 
 NAME_WINOGRAD = "conv2d_winograd"
 WINOGRAD_M = 4            # output tile: F(4x4, 3x3) multiplies 4x fewer than the direct form
-WINOGRAD_MAX_ALPHA = 8    # input tile (m + r - 1) at most 8: the transforms' coefficients grow
-# with the points (up to 21 and 1/90 at 8) and so does the rounding error
-_POINTS = (0, 1, -1, 2, -2, Fraction(1, 2), Fraction(-1, 2))   # + infinity
-
-
-def winograd_matrices(m: int, r: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(AT, G, BT) of Winograd's minimal filtering F(m, r) by Toom-Cook (Lavin & Gray 2016):
-    for any d of length m + r - 1 and g of length r, ``AT @ ((G @ g) * (BT @ d))`` is the
-    correlation y[i] = sum_k d[i + k] g[k], i < m. AT (m x a) and G (a x r) evaluate the
-    polynomials at the points 0, 1, -1, 2, -2, 1/2, -1/2 (the first a - 1) and infinity; BT
-    (a x a) is the transposed interpolation, its rows scaled to integers (the scales go into
-    G), so the input transform only adds and multiplies by small integers. Exact rational
-    arithmetic, converted to float64 at the end."""
-    a = m + r - 1
-    if m < 1 or r < 1 or a > len(_POINTS) + 1:
-        raise ValueError(f"winograd_matrices(m={m}, r={r}): needs m, r >= 1 and m + r - 1 <= "
-                         f"{len(_POINTS) + 1}")
-    pts = _POINTS[:a - 1]
-
-    def evaluation(cols: int) -> list[list[Fraction]]:
-        rows = [[Fraction(p) ** k for k in range(cols)] for p in pts]
-        return rows + [[Fraction(int(k == cols - 1)) for k in range(cols)]]
-    interp = _inverse(evaluation(a))                  # coefficients from values
-    bt = [list(col) for col in zip(*interp)]
-    g = evaluation(r)
-    for j in range(a):                                # BT's row j integral, G's row j / scale
-        scale = Fraction(math.lcm(*(v.denominator for v in bt[j])),
-                         math.gcd(*(v.numerator for v in bt[j])))
-        bt[j] = [v * scale for v in bt[j]]
-        g[j] = [v / scale for v in g[j]]
-    at = [list(col) for col in zip(*evaluation(m))]
-
-    def f64(rows):
-        return np.array([[float(v) for v in row] for row in rows])
-    return f64(at), f64(g), f64(bt)
-
-
-def _inverse(rows: list[list[Fraction]]) -> list[list[Fraction]]:
-    """The inverse of a square matrix of Fractions (Gauss-Jordan, exact)."""
-    n = len(rows)
-    aug = [row[:] + [Fraction(int(i == j)) for j in range(n)] for i, row in enumerate(rows)]
-    for col in range(n):
-        piv = next(r for r in range(col, n) if aug[r][col] != 0)
-        aug[col], aug[piv] = aug[piv], aug[col]
-        aug[col] = [v / aug[col][col] for v in aug[col]]
-        for r in range(n):
-            if r != col and aug[r][col] != 0:
-                f = aug[r][col]
-                aug[r] = [x - f * y for x, y in zip(aug[r], aug[col])]
-    return [row[n:] for row in aug]
-
-
-def _lin(terms):
-    """sum(coef * x) over the terms with a non-zero coefficient; +-1 without a multiply (the
-    transforms are sums of a few loads: no 0 * x, which the compiler must keep for NaN)."""
-    e = None
-    for coef, x in terms:
-        if coef == 0:
-            continue
-        if e is not None and coef < 0:
-            e = e - (x if coef == -1 else x * float(-coef))
-        else:
-            t = x if coef == 1 else (-x if coef == -1 else x * float(coef))
-            e = t if e is None else e + t
-    return e if e is not None else 0.0
-
-
-def _pick(i, n: int, value):
-    """``value(i)`` for an index expression ``i`` in [0, n): a chain of selects on ``i``,
-    which folds to one branch where ``i`` is a constant (an unrolled loop)."""
-    e = None
-    for a in reversed(range(n)):
-        v = value(a)
-        e = v if e is None else lt.if_then_else(lt.equal(i, a), v, e)
-    return e
+WINOGRAD_MAX_ALPHA = MAX_ALPHA   # input tile (m + r - 1) at most 8 (graph/ops/winograd.py)
 
 
 def winograd_tiles(N, C, H, W, K, KH, KW, stride=1, pad=1, m=WINOGRAD_M):
@@ -337,9 +265,9 @@ def algorithm_winograd(N, C, H, W, K, KH, KW, stride=1, pad=1, dtype="float32",
     ATh, Gh, BTh = winograd_matrices(m, KH)
     ATw, Gw, BTw = winograd_matrices(m, KW)
     P = N * nH * nW
-    W1 = lt.compute((ah, K, C, KW), lambda a, k, c, j: _pick(a, ah, lambda a_: _lin(
+    W1 = lt.compute((ah, K, C, KW), lambda a, k, c, j: select_table(a, ah, lambda a_: coefficient_sum(
         [(Gh[a_, i], weight[k, c, i, j]) for i in range(KH)])), name="W1")
-    U = lt.compute((ah, aw, K, C), lambda a, b, k, c: _pick(b, aw, lambda b_: _lin(
+    U = lt.compute((ah, aw, K, C), lambda a, b, k, c: select_table(b, aw, lambda b_: coefficient_sum(
         [(Gw[b_, j], W1[a, k, c, j]) for j in range(KW)])), name="U")
     Hp, Wp = nH * m + KH - 1, nW * m + KW - 1
 
@@ -347,23 +275,23 @@ def algorithm_winograd(N, C, H, W, K, KH, KW, stride=1, pad=1, dtype="float32",
         inside = lt.all(y >= pad, y < H + pad, x >= pad, x < W + pad)
         return lt.if_then_else(inside, data[n, c, y - pad, x - pad], 0.0)
     dp = lt.compute((N, C, Hp, Wp), padded, name="dp")
-    T1 = lt.compute((ah, N, C, nH, Wp), lambda a, n, c, yt, x: _pick(a, ah, lambda a_: _lin(
+    T1 = lt.compute((ah, N, C, nH, Wp), lambda a, n, c, yt, x: select_table(a, ah, lambda a_: coefficient_sum(
         [(BTh[a_, i], dp[n, c, yt * m + i, x]) for i in range(ah)])), name="T1")
 
     def v_body(a, b, c, p):
         n, t = p // (nH * nW), p % (nH * nW)
-        return _pick(b, aw, lambda b_: _lin(
+        return select_table(b, aw, lambda b_: coefficient_sum(
             [(BTw[b_, j], T1[a, n, c, t // nW, (t % nW) * m + j]) for j in range(aw)]))
     V = lt.compute((ah, aw, C, P), v_body, name="V")
     rc = lt.reduce_axis(C, name="rc")
     M = lt.compute((ah, aw, K, P), lambda a, b, k, p: lt.sum(U[a, b, k, rc] * V[a, b, rc, p],
                                                             axis=rc), name="M")
-    O1 = lt.compute((m, aw, K, P), lambda i, b, k, p: _pick(i, m, lambda i_: _lin(
+    O1 = lt.compute((m, aw, K, P), lambda i, b, k, p: select_table(i, m, lambda i_: coefficient_sum(
         [(ATh[i_, a], M[a, b, k, p]) for a in range(ah)])), name="O1")
 
     def out_body(n, k, y, x):
         p = n * nH * nW + (y // m) * nW + x // m
-        return _pick(x % m, m, lambda j_: _lin(
+        return select_table(x % m, m, lambda j_: coefficient_sum(
             [(ATw[j_, b], O1[y % m, b, k, p]) for b in range(aw)]))
     out = lt.compute((N, K, OH, OW), out_body, name="out")
     return [data, weight, out]
@@ -382,9 +310,8 @@ def winograd_tile(N, C, H, W, K, KH, KW, stride=1, pad=1, dtype="float32", targe
 
 
 def _schedule_winograd(args, dtype, m, tk, tp):
-    N, C, H, W, K, KH, KW, stride, pad = args
     data, weight, out = algorithm_winograd(*args, dtype=dtype, m=m)
-    _, _, nH, nW, _, _ = winograd_tiles(*args, m=m)
+    nW = winograd_tiles(*args, m=m)[3]
     O1 = out.op.inputs[0]
     M = O1.op.inputs[0]
     U, V = M.op.inputs

@@ -72,7 +72,8 @@ class _Python:
         import looptune as lt
         g = lt.graph.from_onnx(spec["model"], shapes={k: tuple(v) for k, v in
                                                        spec.get("shapes", {}).items()})
-        self.model = lt.graph.compile(g, log=spec.get("log"))
+        self.model = lt.graph.compile(g, log=spec.get("log"),
+                                      winograd=spec.get("winograd", True))
         self.inputs = [inputs[n] for n in g.inputs]
 
     def run(self):

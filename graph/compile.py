@@ -116,11 +116,14 @@ class Step:
         return self.inputs + self.outputs
 
 
-def compile(graph: Graph, target="c", log=None, optimize: bool = True):  # noqa: A001
+def compile(graph: Graph, target="c", log=None, optimize: bool = True,  # noqa: A001
+            winograd: bool = True):
     """Compile ``graph`` into a callable model (see the module docstring for the pipeline and
     the model's interface). ``log``: a tuning log (path, or a list of paths/Records) whose
-    best record per task schedules that task's kernel. Raises GraphError for a graph it
-    cannot compile, BuildError when a kernel does not compile at all."""
+    best record per task schedules that task's kernel. ``winograd=False``: no convolution
+    by Winograd (``lt.graph.optimize``); tune with the model compiled the same way
+    (``lt.graph.tune(model)``), as its kernels are other tasks. Raises GraphError for a graph
+    it cannot compile, BuildError when a kernel does not compile at all."""
     from .model import Model
     if not isinstance(graph, Graph):
         raise GraphError(f"compile: expected a looptune.graph.Graph; got {type(graph).__name__}")
@@ -129,18 +132,20 @@ def compile(graph: Graph, target="c", log=None, optimize: bool = True):  # noqa:
         raise GraphError(f"compile: graph '{graph.name}' has no outputs; mark them with "
                          "g.output(...)")
     records = _records(log)
-    g = prepack_weights(_optimize(graph, tgt)) if optimize else graph
+    g = prepack_weights(_optimize(graph, tgt, winograd)) if optimize else graph
     g = drop_empty_values(g)
     groups = fuse(g)
     kernels, steps = build_kernels(groups, tgt, records)
-    return Model(g, graph, groups, kernels, steps, str(tgt))
+    model = Model(g, graph, groups, kernels, steps, str(tgt))
+    model.winograd = winograd        # how it was compiled (the bench worker compiles alike)
+    return model
 
 
-def _optimize(graph: Graph, target: Target) -> Graph:
+def _optimize(graph: Graph, target: Target, winograd: bool = True) -> Graph:
     """The pass pipeline for ``target`` (its layout block is the target's vector lanes: an
     OpenCL target keeps NCHW), read from the package so that tests can stand in for it."""
     from .. import graph as pkg
-    return pkg.optimize(graph, target=str(target))
+    return pkg.optimize(graph, target=str(target), winograd=winograd)
 
 
 def _records(log_src):

@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 class Model:
     """A graph compiled to kernels; call it with numpy arrays, get a list of numpy arrays."""
 
+    winograd: bool = True     # compiled with lt.graph.compile(..., winograd=...)
+
     def __init__(self, graph: Graph, source_graph: Graph, groups, kernels: list[Kernel],
                  steps: list[Step], target: str):
         self.graph = graph

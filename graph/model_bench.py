@@ -186,6 +186,7 @@ def _specs(names, onnx_path: str, model, inputs_npz: str, lib: dict, threads: in
     base = {"inputs": inputs_npz, "threads": threads, "min_block": min_block}
     specs = {LIB: {**base, "system": "lib", **lib},
              PY: {**base, "system": "python", "model": onnx_path, "log": log,
+                  "winograd": bool(getattr(model, "winograd", True)),
                   "shapes": {k: list(v) for k, v in (shapes or {}).items()}},
              ORT: {**base, "system": "onnxruntime", "model": onnx_path}}
     return {n: specs[n] for n in names}

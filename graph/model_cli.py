@@ -61,6 +61,11 @@ def add_parsers(sub, bench: argparse.ArgumentParser) -> None:
                         "against the budget and are not measured again)")
     c.add_argument("--memory", action="store_true",
                    help="print the memory plan: arena vs unplanned, buffers and lifetimes")
+    for q in (c, bench):
+        q.add_argument("--no-winograd", dest="winograd", action="store_false",
+                       help="ONNX models: no 3x3 convolution by Winograd: results within "
+                            "float32 rounding "
+                            "of the direct sum (Winograd's: within ~1e-5 of the largest)")
     c.set_defaults(func=cmd_compile)
     _shape_arg(bench, models_only=True)
     bench.add_argument("--threads", type=int, default=2,
@@ -106,7 +111,7 @@ def cmd_compile(ns: argparse.Namespace) -> int:
         if status:
             return status
         logs = [log]
-    model = lt.graph.compile(g, log=logs or None)
+    model = lt.graph.compile(g, log=logs or None, winograd=ns.winograd)
     how = {}
     for k in model.kernels:
         how[k.schedule] = how.get(k.schedule, 0) + 1
@@ -146,9 +151,10 @@ def _check_tune_args(ns, logs: list[str]) -> None:
 def _tasks_to_tune(g, ns, log: str) -> list:
     """The model's tasks; a CLIError when ``log`` already holds some of their measurements
     and ``--resume`` is not given."""
+    import looptune as lt
     from ..search.log import load_records
     from .tune import extract_tasks
-    tasks = extract_tasks(g)
+    tasks = extract_tasks(lt.graph.compile(g, winograd=ns.winograd))
     if os.path.exists(log) and not ns.resume:
         keys = {t.task.key for t in tasks}
         held = sum(1 for r in load_records(log)
@@ -216,7 +222,7 @@ def cmd_bench_model(ns: argparse.Namespace) -> int:
             raise CLIError(f"--log: no such tuning log: {f}")
     g = _load(ns)
     inputs = read_inputs(g, ns.inputs) if ns.inputs else random_inputs(g)
-    model = lt.graph.compile(g, log=logs or None)
+    model = lt.graph.compile(g, log=logs or None, winograd=ns.winograd)
     print(f"bench {ns.model}: graph '{g.name}', {len(model.steps)} kernel calls, "
           f"{len(model.kernels)} kernels, log {', '.join(logs) or 'none (fallback schedules)'}"
           f"; {ns.threads} threads, {ns.repeat} interleaved rounds", file=sys.stderr)

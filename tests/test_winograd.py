@@ -6,10 +6,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import looptune as lt
 import numpy as np
 import pytest
-
-import looptune as lt
 from looptune.operators import load_operators
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -31,7 +30,7 @@ def test_matrices_compute_the_correlation(m, r):
 
 
 def test_f2_3_is_lavin_and_grays_up_to_row_scales():
-    AT, G, BT = cv.winograd_matrices(2, 3)
+    AT, _, BT = cv.winograd_matrices(2, 3)
     np.testing.assert_array_equal(AT, [[1, 1, 1, 0], [0, 1, -1, 1]])
     assert np.abs(BT).sum() == 8                      # 8 additions per 1-d transform
 
@@ -111,5 +110,5 @@ def test_the_register_tile_is_sized_from_the_target(march, want):
 
 
 def test_a_5x5_kernel_gets_the_largest_tile_that_fits():
-    s, tensors = cv.hand_schedule_winograd(1, 2, 12, 12, 2, 5, 5, 1, 2)
+    _, tensors = cv.hand_schedule_winograd(1, 2, 12, 12, 2, 5, 5, 1, 2)
     assert tensors[2].op.inputs[0].shape[0] == 4      # O1: m = 4 rows (input tiles of 8)

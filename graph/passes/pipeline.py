@@ -78,9 +78,10 @@ class Pipeline:
                          for k, s in enumerate(self.steps, 1))
 
 
-def default_pipeline(target="c") -> Pipeline:
+def default_pipeline(target="c", winograd: bool = True) -> Pipeline:
     """The passes ``optimize`` runs by default, in order (``target`` picks the layout
-    block: the float32 vector lanes of a C target; other targets keep NCHW)."""
+    block: the float32 vector lanes of a C target; other targets keep NCHW; ``winograd``:
+    the layout pass may run 3x3 stride-1 convolutions by Winograd)."""
     return Pipeline((
         PassStep(fold_constants, why="Constant nodes and weight-only subgraphs become "
                  "constants first: every later rule matches on constants"),
@@ -95,14 +96,15 @@ def default_pipeline(target="c") -> Pipeline:
         PassStep(cse, why="the rewrites can make equal nodes (two sunk Transposes of one "
                  "value)"),
         PassStep(dce, why="drop what no output reads"),
-        PassStep(layout_nchwc, {"target": str(target)}, why="last: it sees the final Convs "
-                 "(BN folded, bias merged) and their elementwise epilogues"),
+        PassStep(layout_nchwc, {"target": str(target), "winograd": bool(winograd)},
+                 why="last: it sees the final Convs (BN folded, bias merged) and their "
+                 "elementwise epilogues"),
     ))
 
 
-def _steps(passes, target) -> Pipeline:
+def _steps(passes, target, winograd: bool = True) -> Pipeline:
     if passes is None:
-        return default_pipeline(target)
+        return default_pipeline(target, winograd)
     if isinstance(passes, Pipeline):
         return passes
     if isinstance(passes, (str, Callable)) or not isinstance(passes, Sequence):
@@ -115,7 +117,8 @@ def _steps(passes, target) -> Pipeline:
             if p not in PASSES:
                 raise GraphError(f"optimize(passes=[..., {p!r}, ...]): no pass named {p!r}; "
                                  f"the passes are {', '.join(PASSES)}")
-            opts = {"target": str(target)} if p == "layout_nchwc" else {}
+            opts = {"target": str(target), "winograd": bool(winograd)} \
+                if p == "layout_nchwc" else {}
             steps.append(PassStep(PASSES[p], opts))
         elif callable(p):
             steps.append(PassStep(p))
@@ -126,15 +129,18 @@ def _steps(passes, target) -> Pipeline:
 
 
 def optimize(graph: Graph, passes=None, stats: PassStats | None = None, *, target="c",
-             verbose: bool = False) -> Graph:
+             verbose: bool = False, winograd: bool = True) -> Graph:
     """Run the default pipeline (:func:`default_pipeline`) or ``passes`` (names, pass
     functions, or a :class:`Pipeline`) on ``graph`` and return the optimized graph; ``graph``
     is left as it is. ``stats`` (a :class:`PassStats`) collects each pass's node counts and
-    rewrites; ``verbose=True`` prints the pipeline and then each pass's line as it runs."""
+    rewrites; ``verbose=True`` prints the pipeline and then each pass's line as it runs.
+    ``winograd=False``: the layout pass keeps every convolution direct (ConvNCHWc), for
+    results within float32 rounding of the direct sum (Winograd's are within about 1e-5 of
+    the output's largest value)."""
     if not isinstance(graph, Graph):
         raise GraphError(f"optimize(): expected a looptune.graph.Graph; got "
                          f"{type(graph).__name__} (import ONNX models with from_onnx)")
-    pipeline = _steps(passes, target)
+    pipeline = _steps(passes, target, winograd)
     if verbose and stats is None:
         stats = PassStats()
     if verbose:

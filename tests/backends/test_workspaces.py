@@ -8,10 +8,9 @@ import resource
 import subprocess
 import threading
 
+import looptune as lt
 import numpy as np
 import pytest
-
-import looptune as lt
 
 BIG = 12 * 1024 * 1024   # floats: 48 MiB, above glibc's largest mmap threshold (32 MiB), so an
 # intermediate allocated at every call is mapped afresh at every call

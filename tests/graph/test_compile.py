@@ -192,15 +192,17 @@ def test_outputs_that_are_inputs_or_repeated_are_copies(rng):
 def test_compile_runs_the_pass_pipeline_when_there_is_one(monkeypatch, rng):
     seen = []
 
-    def optimize(graph, target):
-        seen.append((graph, target))
+    def optimize(graph, target, winograd):
+        seen.append((graph, target, winograd))
         return graph.replace(name="optimized")
     monkeypatch.setattr(lt.graph, "optimize", optimize, raising=False)
     g = _cnn(hw=5)
     model = lt.graph.compile(g, target="c -threads=2")
-    assert seen == [(g, "c -threads=2")] and model.graph.name == "optimized"
-    assert model.source_graph is g
+    assert seen == [(g, "c -threads=2", True)] and model.graph.name == "optimized"
+    assert model.source_graph is g and model.winograd
     assert lt.graph.compile(g, optimize=False).graph is g and len(seen) == 1
+    assert not lt.graph.compile(g, winograd=False).winograd
+    assert seen[-1] == (g, "c", False)
     _check(model, g, rng)
 
 
