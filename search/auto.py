@@ -170,6 +170,14 @@ def _check_args(tensors) -> list[Tensor]:
     return out
 
 
+def _sketch_of(outputs) -> int:
+    """The sketch version that names a DAG's task: SKETCH_VERSION, but 13 for a DAG without
+    a coefficient table (sketch 14 changed only their spaces, so the logs of every other
+    task still apply)."""
+    has_table = any(isinstance(op, ComputeOp) and table_axes(op) for op in topo_ops(outputs))
+    return SKETCH_VERSION if has_table else 13
+
+
 def dag_digest(tensors: Sequence[Tensor], machine: Machine | None = None) -> str:
     """A digest of the computation (ops in order: names, shapes, dtypes, bodies) and of the
     argument order: equal for equal definitions, in any process. With ``machine`` (what the
@@ -186,7 +194,7 @@ def dag_digest(tensors: Sequence[Tensor], machine: Machine | None = None) -> str
                getattr(op, "reduce_axis", ())]
         lines.append(f"{t.name}|{list(t.shape)}|{t.dtype}|{body}|{red}")
     lines.append("args:" + ",".join(str(ids.get(id(t.op), -1)) for t in tensors))
-    lines.append(f"sketch:{SKETCH_VERSION}")     # a new sketch's space: a new task
+    lines.append(f"sketch:{_sketch_of(outputs)}")   # a new sketch's space: a new task
     if machine is not None:
         lines.append(f"machine:{machine}")
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]

@@ -106,3 +106,14 @@ def _ops(t):
         out.append(x)
         todo.extend(x.op.inputs)
     return out
+
+
+def test_only_dags_with_tables_get_the_new_sketchs_task_names():
+    """Sketch 14 changed only the spaces of DAGs with a coefficient table: every other task
+    keeps its sketch-13 name, so the logs tuned before still apply."""
+    from looptune.search.auto import SKETCH_VERSION, _sketch_of
+    A = lt.placeholder((8, 8), "float32", name="A")
+    B = lt.compute((8, 8), lambda i, j: A[i, j] * 2.0, name="B")
+    T = lt.compute((4, 8), lambda t, j: _pick(t, 4, lambda a: A[a, j] * COEF[a]), name="T")
+    assert _sketch_of([B]) == 13 and _sketch_of([T]) == SKETCH_VERSION == 14
+    assert auto_task([A, B]).name != auto_task([A, T]).name
