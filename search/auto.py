@@ -56,7 +56,7 @@ rules. Op patterns decide (:mod:`.auto_rules`), the CPU rules apply them (:mod:`
 - a *coefficient table* (a stage selecting among constants along an axis, as a Winograd
   transform's rows of coefficients: ``lt.if_then_else(lt.equal(a, 0), ...)`` chains, or along
   an axis modulo m, as its output transform's ``x % m``; ``auto_rules.table_axes``) is kept
-  at root first, its table loops unrolled right outside the vector loop (a modular one split
+  at root (never inlined), its table loops unrolled right outside the vector loop (a modular one split
   by m: its inner part unrolled inside the vector loop, the outer part vectorized), so every
   select folds to one branch;
 - threads (knob ``parallel``, one per kernel): the parallel loops above, or none; first
@@ -112,7 +112,7 @@ from .task import Task
 from .template import DagTemplate, find_template, register
 from .tuners import make_tuner, tuner_class
 
-SKETCH_VERSION = 14    # 2: row statistics computed per row of their output
+SKETCH_VERSION = 15    # 2: row statistics computed per row of their output
                       # 3: epilogue chains (contraction -> bias -> activation)
                       # 4: multi-level tiling, packing, the rfactor rule, sized by the machine
                       # 5: knob 'parallel' (small kernels on one thread)
@@ -139,6 +139,7 @@ SKETCH_VERSION = 14    # 2: row statistics computed per row of their output
                       # 13: the streamed operand's prefetch unclamped (bound="nonfaulting")
                       # 14: coefficient tables (selects on an axis, or an axis modulo m,
                       #    equal to constants) unrolled so the selects fold, kept at root
+                      # 15: ... and never inlined (knob <table>.inline has one value)
 
 # ---- the DAG ---------------------------------------------------------------------------------
 
@@ -172,8 +173,8 @@ def _check_args(tensors) -> list[Tensor]:
 
 def _sketch_of(outputs) -> int:
     """The sketch version that names a DAG's task: SKETCH_VERSION, but 13 for a DAG without
-    a coefficient table (sketch 14 changed only their spaces, so the logs of every other
-    task still apply)."""
+    a coefficient table (sketches 14 and 15 changed only their spaces, so the logs of every
+    other task still apply)."""
     has_table = any(isinstance(op, ComputeOp) and table_axes(op) for op in topo_ops(outputs))
     return SKETCH_VERSION if has_table else 13
 
@@ -287,7 +288,11 @@ def _define_knobs(cfg, p: _Plan) -> None:
     the stages that got a knob ``<stage>.lanes``."""
     for st in p.inlinable:
         first = p.inline_first[id(st)]
-        cfg.define_knob(f"{p.names[id(st)]}.inline", [first, not first])
+        # a coefficient table stays at root: inlined, its selects would no longer fold (and
+        # inlined into a contraction's unrolled micro-kernel, a Winograd input transform
+        # made 4 MB of C that took 100 s to compile)
+        cfg.define_knob(f"{p.names[id(st)]}.inline",
+                        [first] if table_axes(st.op) else [first, not first])
         if id(st) in p.slide_fed:
             cfg.define_knob(f"{p.names[id(st)]}.slide", [False, True])
         if id(st) in p.tile_fed:
