@@ -193,7 +193,7 @@ def _serve(spec: dict, out, bw) -> None:
     for line in sys.stdin:
         msg = json.loads(line)
         if msg["cmd"] == "time":
-            reply = {"t": bw._block(run, number)}
+            reply = {"t": bw._block(run, number, msg.get("warmup_s", 0.0))}
         elif msg["cmd"] == "save":
             np.savez(msg["path"], *[t.numpy() for t in run()])
             reply = {"saved": True}

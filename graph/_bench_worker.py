@@ -5,7 +5,8 @@ or of ONNX Runtime imports neither looptune nor the other system. It answers JSO
 stdout (one per command read from stdin):
 
 - at start: ``{"ready": true, "number": calls per timed block, "rss0": baseline bytes, ...}``;
-- ``{"cmd": "time"}`` -> ``{"t": seconds per call}`` (one warm-up call, then ``number`` calls);
+- ``{"cmd": "time", "warmup_s": W}`` -> ``{"t": seconds per call}`` (untimed calls for W
+  seconds, at least one, then ``number`` timed calls);
 - ``{"cmd": "save", "path": P}`` -> the outputs of one call written to the ``.npz`` ``P``;
 - ``{"cmd": "rss"}`` -> ``{"rss": peak resident bytes}``;
 - ``{"cmd": "kernels"}`` (python only) -> per kernel: calls, seconds per call;
@@ -109,8 +110,13 @@ def _calibrate(run, min_block: float) -> int:
     return max(1, int(n * min_block / max(t, 1e-9)))
 
 
-def _block(run, number: int) -> float:
+def _block(run, number: int, warmup_s: float = 0.0) -> float:
+    """Seconds per call of ``number`` calls, after at least one untimed call and
+    ``warmup_s`` of them."""
     run()
+    end = time.perf_counter() + warmup_s
+    while time.perf_counter() < end:
+        run()
     t0 = time.perf_counter()
     for _ in range(number):
         run()
@@ -140,9 +146,10 @@ def main() -> None:
     number = _calibrate(run, spec["min_block"])
     out.write(json.dumps({"ready": True, "number": number, "rss0": rss0}) + "\n")
     for line in sys.stdin:
-        cmd = json.loads(line)["cmd"]
+        msg = json.loads(line)
+        cmd = msg["cmd"]
         if cmd == "time":
-            reply = {"t": _block(run, number)}
+            reply = {"t": _block(run, number, msg.get("warmup_s", 0.0))}
         elif cmd == "save":
             outs = run()
             np.savez(json.loads(line)["path"], *[np.asarray(o) for o in outs])

@@ -16,7 +16,12 @@ block of calls (a warm-up call, then as many calls as fill ``min_block`` seconds
   ``intra_op_num_threads=threads``, one inter-op thread, all graph optimizations.
 
 Each system's figure is the median over the rounds of its blocks' seconds per call; the
-spread is half the range of the rounds, relative to the median. Every worker runs with
+spread is half the range of the rounds, relative to the median. Before each block the harness
+waits ``SETTLE_S`` (the previous system's idle threads go to sleep: the rounds rotate the order
+but the systems keep their cyclic order, so without the pause the exported library always ran
+right after torch.compile's spinning threads, 1.56 ms against 1.14 for the same kernels from
+Python on a ResNet stage, while alone, in one process or in a fresh one, the two ran alike),
+and the worker calls the model for ``WARMUP_S`` untimed (its own threads awake) first. Every worker runs with
 ``OMP_NUM_THREADS=threads``; the looptune workers with this process's OpenMP settings (looptune's
 short spin, ``runtime_env``, unless you set your own), the others (ONNX Runtime, torch) with their
 libraries' own (``runtime_env.peer_environment``: torch's bundled libgomp spins as libgomp does by
@@ -34,6 +39,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,6 +47,9 @@ import numpy as np
 
 from ..errors import LooptuneError
 from ..runtime_env import peer_environment
+
+SETTLE_S = 0.2       # before each block, as report.SETTLE_S (OpenBLAS, libgomp, ONNX Runtime
+WARMUP_S = 0.1       # spin after a call) and report.WARMUP_MS
 
 LIB, PY, ORT = "looptune", "looptune (python)", "onnxruntime"
 SYSTEMS = (LIB, PY, ORT)
@@ -233,7 +242,8 @@ def bench_model(onnx_path, model, inputs: dict[str, np.ndarray], *, log=None, sh
         for r in range(rounds):
             order = names[r % len(names):] + names[:r % len(names)]
             for n in order:
-                res[n].times.append(workers[n].ask("time")["t"])
+                time.sleep(SETTLE_S)        # the previous system's idle threads go to sleep
+                res[n].times.append(workers[n].ask("time", warmup_s=WARMUP_S)["t"])
         for n in names:
             res[n].rss_growth = workers[n].ask("rss")["rss"] - workers[n].hello["rss0"]
         diff = _max_diff(workers, work)

@@ -256,3 +256,53 @@ def test_bench_runs_the_peers_with_their_own_thread_pool_settings(tmp_path, monk
     assert envs[mb.LIB]["GOMP_SPINCOUNT"] == envs[mb.PY]["GOMP_SPINCOUNT"] == "10000"
     assert envs[mb.ORT]["GOMP_SPINCOUNT"] == envs["torch eager"]["GOMP_SPINCOUNT"] == "300000"
     assert all(e["OMP_NUM_THREADS"] == "1" for e in envs.values())
+
+
+def test_bench_lets_the_previous_systems_threads_settle_before_each_block(tmp_path,
+                                                                          monkeypatch):
+    """Before every timed block the harness pauses (SETTLE_S) and asks for WARMUP_S of
+    untimed calls: the systems keep their cyclic order from round to round, so without the
+    pause one system always ran right after another's spinning threads."""
+    import looptune as lt
+    from looptune.graph import model_bench as mb
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    path = tmp_path / "relu.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    model = lt.graph.compile(lt.graph.from_onnx(str(path)))
+    events = []
+
+    class Scripted:
+        def __init__(self, name, spec, env, workdir, script=None):
+            self.name = name
+
+        def read(self):
+            return {"ready": True, "number": 1, "rss0": 0}
+
+        def ask(self, cmd, **kw):
+            events.append((self.name, cmd, kw))
+            return {"t": 1e-3, "rss": 0}
+
+        def close(self):
+            pass
+    monkeypatch.setattr(mb, "_Worker", Scripted)
+    monkeypatch.setattr(mb.time, "sleep", lambda s: events.append(("sleep", s)))
+    res = mb.bench_model(path, model, {"x": np.ones(4, np.float32)}, rounds=2, threads=1,
+                         workdir=tmp_path, systems=(mb.LIB, mb.PY), kernels=False)
+    timed = [e for e in events if e[0] == "sleep" or e[1] == "time"]
+    want_round = [("sleep", mb.SETTLE_S), (mb.LIB, "time", {"warmup_s": mb.WARMUP_S}),
+                  ("sleep", mb.SETTLE_S), (mb.PY, "time", {"warmup_s": mb.WARMUP_S})]
+    assert timed[:4] == want_round
+    assert timed[4:] == want_round[2:] + want_round[:2]      # the next round rotated
+    assert mb.SETTLE_S >= 0.1 and len(res.systems[mb.LIB].times) == 2
+
+
+def test_bench_worker_warms_up_for_the_time_asked():
+    from looptune.graph import _bench_worker as bw
+    calls = []
+    t = bw._block(lambda: calls.append(1), 3, warmup_s=0.05)
+    assert t >= 0 and len(calls) > 4            # one call, 50 ms of them, then the 3 timed
+    calls.clear()
+    bw._block(lambda: calls.append(1), 3)
+    assert len(calls) == 4
