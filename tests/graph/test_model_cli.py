@@ -306,3 +306,28 @@ def test_bench_worker_warms_up_for_the_time_asked():
     calls.clear()
     bw._block(lambda: calls.append(1), 3)
     assert len(calls) == 4
+
+
+@pytest.mark.slow
+def test_compile_no_winograd_keeps_the_direct_convolution(tmp_path, capsys):
+    """A 3x3 stride-1 Conv of 32 channels: its exported kernel is the Winograd one by
+    default, the direct one with --no-winograd."""
+    from onnx import numpy_helper
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array((rng.standard_normal((32, 32, 3, 3)) / 17).astype("float32"),
+                                "w")
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
+                          "c", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                              [1, 32, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                         [1, 32, 8, 8])], [w])
+    path = tmp_path / "conv.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    sources = {}
+    for flag in ([], ["--no-winograd"]):
+        out = tmp_path / ("libdirect" if flag else "libwino")
+        rc, _, err = _run(capsys, "compile", path, "-o", out, *flag)
+        assert rc == 0, err
+        sources[bool(flag)] = (tmp_path / (out.name + ".c")).read_text()
+    assert "winogradnchwc" in sources[False] and "winogradnchwc" not in sources[True]
+    assert "convnchwc" in sources[True]
