@@ -221,17 +221,22 @@ def test_bench_prints_the_table_against_onnxruntime(residual_onnx, tmp_path, cap
     assert diff < 1e-4
 
 
-def test_bench_runs_the_peers_with_their_own_thread_pool_settings(tmp_path, monkeypatch):
-    """The looptune workers get looptune's OpenMP spin; ONNX Runtime and the extra systems
-    (torch) get their libraries' own (runtime_env.peer_environment), not looptune's."""
+def _relu_model(tmp_path):
+    """A one-Relu ONNX model saved in ``tmp_path``: (its path, its compiled model)."""
     import looptune as lt
-    from looptune.graph import model_bench as mb
     g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
     path = tmp_path / "relu.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
-    model = lt.graph.compile(lt.graph.from_onnx(str(path)))
+    return path, lt.graph.compile(lt.graph.from_onnx(str(path)))
+
+
+def test_bench_runs_the_peers_with_their_own_thread_pool_settings(tmp_path, monkeypatch):
+    """The looptune workers get looptune's OpenMP spin; ONNX Runtime and the extra systems
+    (torch) get their libraries' own (runtime_env.peer_environment), not looptune's."""
+    from looptune.graph import model_bench as mb
+    path, model = _relu_model(tmp_path)
     envs = {}
 
     class Stop(Exception):
@@ -263,14 +268,8 @@ def test_bench_lets_the_previous_systems_threads_settle_before_each_block(tmp_pa
     """Before every timed block the harness pauses (SETTLE_S) and asks for WARMUP_S of
     untimed calls: the systems keep their cyclic order from round to round, so without the
     pause one system always ran right after another's spinning threads."""
-    import looptune as lt
     from looptune.graph import model_bench as mb
-    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
-    path = tmp_path / "relu.onnx"
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
-    model = lt.graph.compile(lt.graph.from_onnx(str(path)))
+    path, model = _relu_model(tmp_path)
     events = []
 
     class Scripted:
