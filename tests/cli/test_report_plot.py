@@ -97,7 +97,7 @@ def test_two_logs_overlay_with_failures_best_lines_and_axes_from_zero(tmp_path, 
     stars = [c for c in points if "chosen best" in c.get_label()]
     # config 3: its one re-measure counts, not its search timing (1e-4)
     assert stars[0].get_label() == (f"ga: chosen best (#3, one re-measure): "
-                                    f"{task.flop / 1.5e-4 / 1e9:.3f} GFLOP/s")
+                                    f"{task.flop / 1.5e-4 / 1e9:.4g} GFLOP/s")
     assert ax.get_ylabel() == "GFLOP/s (higher is better)"
     title = ax.get_title()
     assert "matmul(48, 40, 24, 'float32') on 'c'" in title
