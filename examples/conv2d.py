@@ -40,6 +40,7 @@ from __future__ import annotations
 import looptune as lt
 import numpy as np
 from looptune.graph.ops.winograd import (
+    DEFAULT_M,
     MAX_ALPHA,
     coefficient_sum,
     select_table,
@@ -223,19 +224,17 @@ def hand_schedule_nchwc(N, C, H, W, K, KH, KW, stride=1, pad=1, dtype="float32",
 # ---- conv2d_winograd: Winograd F(m x m, r x r) ---------------------------------------------
 
 NAME_WINOGRAD = "conv2d_winograd"
-WINOGRAD_M = 4            # output tile: F(4x4, 3x3) multiplies 4x fewer than the direct form
-WINOGRAD_MAX_ALPHA = MAX_ALPHA   # input tile (m + r - 1) at most 8 (graph/ops/winograd.py)
 
 
-def winograd_tiles(N, C, H, W, K, KH, KW, stride=1, pad=1, m=WINOGRAD_M):
+def winograd_tiles(N, C, H, W, K, KH, KW, stride=1, pad=1, m=DEFAULT_M):
     """(OH, OW, tile rows nH, tile columns nW, input tile rows, input tile columns) of
     conv2d_winograd at ``m``; ValueError naming the argument where Winograd does not apply."""
     if stride != 1:
         raise ValueError(f"conv2d_winograd: stride={stride}: Winograd convolution needs stride "
                          "1; use conv2d or conv2d_nchwc for a strided layer")
-    if max(KH, KW) + m - 1 > WINOGRAD_MAX_ALPHA or m < 1:
+    if max(KH, KW) + m - 1 > MAX_ALPHA or m < 1:
         raise ValueError(f"conv2d_winograd: m={m} with a {KH}x{KW} kernel makes input tiles of "
-                         f"{max(KH, KW) + m - 1} (at most {WINOGRAD_MAX_ALPHA}: rounding grows "
+                         f"{max(KH, KW) + m - 1} (at most {MAX_ALPHA}: rounding grows "
                          "with the tile); use a smaller m, or conv2d_nchwc")
     OH, OW = _out_size(H, W, KH, KW, stride, pad)
     if OH < 1 or OW < 1:
@@ -245,7 +244,7 @@ def winograd_tiles(N, C, H, W, K, KH, KW, stride=1, pad=1, m=WINOGRAD_M):
 
 
 def algorithm_winograd(N, C, H, W, K, KH, KW, stride=1, pad=1, dtype="float32",
-                       m=WINOGRAD_M):
+                       m=DEFAULT_M):
     """As ``algorithm`` (stride 1), by Winograd's F(m x m, KH x KW): per tile of m x m outputs,
     out = AT (sum_c (G w G^T) * (BT d BT^T)) A, as stages (Lavin & Gray 2016; TVM's
     conv2d_winograd):
@@ -265,18 +264,21 @@ def algorithm_winograd(N, C, H, W, K, KH, KW, stride=1, pad=1, dtype="float32",
     ATh, Gh, BTh = winograd_matrices(m, KH)
     ATw, Gw, BTw = winograd_matrices(m, KW)
     P = N * nH * nW
-    W1 = lt.compute((ah, K, C, KW), lambda a, k, c, j: select_table(a, ah, lambda a_: coefficient_sum(
-        [(Gh[a_, i], weight[k, c, i, j]) for i in range(KH)])), name="W1")
-    U = lt.compute((ah, aw, K, C), lambda a, b, k, c: select_table(b, aw, lambda b_: coefficient_sum(
-        [(Gw[b_, j], W1[a, k, c, j]) for j in range(KW)])), name="U")
+    W1 = lt.compute((ah, K, C, KW), lambda a, k, c, j: select_table(
+        a, ah, lambda a_: coefficient_sum([(Gh[a_, i], weight[k, c, i, j])
+                                           for i in range(KH)])), name="W1")
+    U = lt.compute((ah, aw, K, C), lambda a, b, k, c: select_table(
+        b, aw, lambda b_: coefficient_sum([(Gw[b_, j], W1[a, k, c, j])
+                                           for j in range(KW)])), name="U")
     Hp, Wp = nH * m + KH - 1, nW * m + KW - 1
 
     def padded(n, c, y, x):
         inside = lt.all(y >= pad, y < H + pad, x >= pad, x < W + pad)
         return lt.if_then_else(inside, data[n, c, y - pad, x - pad], 0.0)
     dp = lt.compute((N, C, Hp, Wp), padded, name="dp")
-    T1 = lt.compute((ah, N, C, nH, Wp), lambda a, n, c, yt, x: select_table(a, ah, lambda a_: coefficient_sum(
-        [(BTh[a_, i], dp[n, c, yt * m + i, x]) for i in range(ah)])), name="T1")
+    T1 = lt.compute((ah, N, C, nH, Wp), lambda a, n, c, yt, x: select_table(
+        a, ah, lambda a_: coefficient_sum([(BTh[a_, i], dp[n, c, yt * m + i, x])
+                                           for i in range(ah)])), name="T1")
 
     def v_body(a, b, c, p):
         n, t = p // (nH * nW), p % (nH * nW)
@@ -286,8 +288,9 @@ def algorithm_winograd(N, C, H, W, K, KH, KW, stride=1, pad=1, dtype="float32",
     rc = lt.reduce_axis(C, name="rc")
     M = lt.compute((ah, aw, K, P), lambda a, b, k, p: lt.sum(U[a, b, k, rc] * V[a, b, rc, p],
                                                             axis=rc), name="M")
-    O1 = lt.compute((m, aw, K, P), lambda i, b, k, p: select_table(i, m, lambda i_: coefficient_sum(
-        [(ATh[i_, a], M[a, b, k, p]) for a in range(ah)])), name="O1")
+    O1 = lt.compute((m, aw, K, P), lambda i, b, k, p: select_table(
+        i, m, lambda i_: coefficient_sum([(ATh[i_, a], M[a, b, k, p])
+                                          for a in range(ah)])), name="O1")
 
     def out_body(n, k, y, x):
         p = n * nH * nW + (y // m) * nW + x // m
@@ -377,7 +380,7 @@ def _schedule_winograd(args, dtype, m, tk, tp):
 def hand_schedule_winograd(N, C, H, W, K, KH, KW, stride=1, pad=1, dtype="float32",
                            target="c"):
     args = (N, C, H, W, K, KH, KW, stride, pad)
-    m = min(WINOGRAD_M, WINOGRAD_MAX_ALPHA + 1 - max(KH, KW))
+    m = min(DEFAULT_M, MAX_ALPHA + 1 - max(KH, KW))
     tk, tp = winograd_tile(*args, dtype=dtype, target=target)
     return _schedule_winograd(args, dtype, m, tk, tp)
 
@@ -416,8 +419,8 @@ def template_winograd(cfg, N, C, H, W, K, KH, KW, stride=1, pad=1, dtype="float3
     args = (N, C, H, W, K, KH, KW, stride, pad)
     tk, tp = winograd_tile(*args, dtype=dtype)
     lanes = lt.Target.parse("c").vector_lanes(dtype)
-    top = WINOGRAD_MAX_ALPHA + 1 - max(KH, KW)
-    cfg.define_knob("m", list(dict.fromkeys([min(WINOGRAD_M, top), min(2, top), min(6, top)])))
+    top = MAX_ALPHA + 1 - max(KH, KW)
+    cfg.define_knob("m", list(dict.fromkeys([min(DEFAULT_M, top), min(2, top), min(6, top)])))
     cfg.define_knob("tile_k", list(dict.fromkeys([tk, 4, 12, 16])))
     cfg.define_knob("tile_p", list(dict.fromkeys([tp, lanes, 4 * lanes])))
     return _schedule_winograd(args, dtype, cfg["m"].val, cfg["tile_k"].val, cfg["tile_p"].val)

@@ -20,15 +20,15 @@ spread is half the range of the rounds, relative to the median. Before each bloc
 waits ``SETTLE_S`` (the previous system's idle threads go to sleep: the rounds rotate the order
 but the systems keep their cyclic order, so without the pause the exported library always ran
 right after torch.compile's spinning threads, 1.56 ms against 1.14 for the same kernels from
-Python on a ResNet stage, while alone, in one process or in a fresh one, the two ran alike),
-and the worker calls the model for ``WARMUP_S`` untimed (its own threads awake) first. Every worker runs with
-``OMP_NUM_THREADS=threads``; the looptune workers with this process's OpenMP settings (looptune's
-short spin, ``runtime_env``, unless you set your own), the others (ONNX Runtime, torch) with their
-libraries' own (``runtime_env.peer_environment``: torch's bundled libgomp spins as libgomp does by
-default; ONNX Runtime keeps its own thread pool's spinning). Memory: each worker's peak resident set
-growth from its baseline (inputs loaded, libraries imported) to after the runs; and the plan's
-arena. The per-kernel breakdown times each kernel alone (random inputs of its shapes) in the python
-worker.
+Python on a ResNet stage, while alone, in one process or in a fresh one, the two ran alike), and
+the worker calls the model for ``WARMUP_S`` untimed (its own threads awake) first. Every worker
+runs with ``OMP_NUM_THREADS=threads``; the looptune workers with this process's OpenMP settings
+(looptune's short spin, ``runtime_env``, unless you set your own), the others (ONNX Runtime,
+torch) with their libraries' own (``runtime_env.peer_environment``: torch's bundled libgomp
+spins as libgomp does by default; ONNX Runtime keeps its own thread pool's spinning). Memory:
+each worker's peak resident set growth from its baseline (inputs loaded, libraries imported) to
+after the runs; and the plan's arena. The per-kernel breakdown times each kernel alone (random
+inputs of its shapes) in the python worker.
 """
 from __future__ import annotations
 

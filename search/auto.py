@@ -56,9 +56,9 @@ rules. Op patterns decide (:mod:`.auto_rules`), the CPU rules apply them (:mod:`
 - a *coefficient table* (a stage selecting among constants along an axis, as a Winograd
   transform's rows of coefficients: ``lt.if_then_else(lt.equal(a, 0), ...)`` chains, or along
   an axis modulo m, as its output transform's ``x % m``; ``auto_rules.table_axes``) is kept
-  at root (never inlined), its table loops unrolled right outside the vector loop (a modular one split
-  by m: its inner part unrolled inside the vector loop, the outer part vectorized), so every
-  select folds to one branch;
+  at root (never inlined), its table loops unrolled right outside the vector loop (a modular
+  one split by m: its inner part unrolled inside the vector loop, the outer part vectorized),
+  so every select folds to one branch;
 - threads (knob ``parallel``, one per kernel): the parallel loops above, or none; first
   choice: parallel only when the kernel's estimated single-thread work pays for an OpenMP
   region, so that a small model's kernels do not each wake the threads for a few
@@ -288,17 +288,17 @@ def _define_knobs(cfg, p: _Plan) -> None:
     the stages that got a knob ``<stage>.lanes``."""
     for st in p.inlinable:
         first = p.inline_first[id(st)]
+        table = bool(table_axes(st.op))
         # a coefficient table stays at root: inlined, its selects would no longer fold (and
         # inlined into a contraction's unrolled micro-kernel, a Winograd input transform
         # made 4 MB of C that took 100 s to compile)
-        cfg.define_knob(f"{p.names[id(st)]}.inline",
-                        [first] if table_axes(st.op) else [first, not first])
+        cfg.define_knob(f"{p.names[id(st)]}.inline", [first] if table else [first, not first])
         if id(st) in p.slide_fed:
             cfg.define_knob(f"{p.names[id(st)]}.slide", [False, True])
         if id(st) in p.tile_fed:
             r = p.tile_fed[id(st)]
             at = ["tile", "root"] if (id(r) not in p.plans or reads_along_row_tiles(
-                r.op, st.op, p.plans[id(r)])) and not table_axes(st.op) else ["root", "tile"]
+                r.op, st.op, p.plans[id(r)])) and not table else ["root", "tile"]
             # (a coefficient table at root: per tile its table loops may start at a tile's
             # offset, where its selects no longer fold)
             cfg.define_knob(f"{p.names[id(st)]}.at", at)

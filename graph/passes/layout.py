@@ -32,7 +32,7 @@ from ...backends.target import Target
 from ...errors import BuildError
 from ..ir import Graph, Node
 from ..ops.layout import block_nchw, block_weight, blocked_layout
-from ..ops.winograd import winograd_weights
+from ..ops.winograd import DEFAULT_M, winograd_weights
 from .base import Builder, PassStats, count, has_ops
 from .simplify import ELEMENTWISE_BINARY, ELEMENTWISE_UNARY
 
@@ -48,7 +48,6 @@ def target_lanes(target) -> int | None:
     return t.vector_lanes("float32")
 
 
-WINOGRAD_M = 4             # F(4x4, 3x3): 4x fewer multiplies than the direct convolution
 WINOGRAD_MIN_CHANNELS = 32  # input and output channels at least: with fewer, the transforms
 WINOGRAD_MIN_PIXELS = 8     # (and output rows and columns) cost more than the products save
 
@@ -163,9 +162,9 @@ class _Blocker:
         attrs = {key: a[key] for key in ("strides", "pads", "dilations") if a.get(key)}
         op, wname = "ConvNCHWc", n.inputs[1] + "_" + f"{bc}c{bk}k"
         if self.winograd and by_winograd(w.shape, b.shape(n.inputs[0]), attrs):
-            op, wname = "WinogradNCHWc", wname + f"_wino{WINOGRAD_M}"
-            blocked = winograd_weights(blocked, WINOGRAD_M).astype(w.dtype)
-            attrs = {"pads": list(attrs.get("pads", (0, 0, 0, 0))), "m": WINOGRAD_M}
+            op, wname = "WinogradNCHWc", wname + f"_wino{DEFAULT_M}"
+            blocked = winograd_weights(blocked, DEFAULT_M).astype(w.dtype)
+            attrs = {"pads": list(attrs.get("pads", (0, 0, 0, 0))), "m": DEFAULT_M}
             self.counts["convs by Winograd"] += 1
         ins = [self.into_block(n.inputs[0], bc), b.add_const(blocked, base=wname)]
         if bias is not None:
