@@ -151,6 +151,8 @@ class GBTTuner(Tuner):
         self.loop_nest = LoopNestFeatures(task, log=log)
         self.knobs = KnobFeatures(self.space)
         self._fit: dict[int, float] = {}                # measured index -> fitness
+        self._program_of: dict[int, int] = {}           # measured index -> measured config
+        self._folded = 0                                # re-measures folded into _fit
         self.transfer = TransferPolicy(task, seed, self.options, lambda: self._new_model())
         self.proposer = Proposer(self.space, self.visited, self.rng, self.loop_nest,
                                  self.knobs, self.options, self._fit, self.transfer.warm)
@@ -255,8 +257,27 @@ class GBTTuner(Tuner):
     def update(self, configs: Sequence[ConfigEntity], results: Sequence[MeasureResult]) -> None:
         for c, r in zip(configs, results):
             self._fit[c.index] = self.fitness(r)
+            self._program_of[c.index] = r.config.index
             self.proposer.pool.pop(c.index, None)
         self._stale = True            # retrained when the plan runs out
+
+    def _fold_remeasures(self) -> None:
+        """Configs timed again (races, a resumed log's re-measures) learn from the median of
+        their re-measures (``measure.counted``) instead of their one search timing, which
+        was biased fast (it is why they were timed again): the model's view of the best
+        region is then the steadiest it has."""
+        if len(self.remeasured) == self._folded:
+            return
+        self._folded = len(self.remeasured)
+        again: dict[int, list[MeasureResult]] = {}
+        for r in self.remeasured:
+            if r.ok:
+                again.setdefault(r.config.index, []).append(r)
+        for i, program in self._program_of.items():
+            if program in again and self._fit.get(i, 0.0) > 0.0:
+                rs = again[program]
+                self._fit[i] = self.fitness(MeasureResult(rs[0].config, [r.cost for r in rs],
+                                                          flop=rs[0].flop))
 
     @property
     def _models(self) -> dict[str, CostModel]:
@@ -280,6 +301,7 @@ class GBTTuner(Tuner):
         return GBTModel(self.seed, self.options.model_params)
 
     def _retrain(self) -> None:
+        self._fold_remeasures()
         x, y = self._training_set()
         own = self._own()
         scorers: dict = {}

@@ -10,6 +10,7 @@ import pytest
 from looptune.errors import LooptuneError
 from looptune.search import (
     MeasureOption,
+    MeasureResult,
     RandomTuner,
     apply_history_best,
     create_task,
@@ -386,3 +387,47 @@ def test_real_measurement_log_works_with_apply_history_best(tmp_path):
     c = np.empty((16, 16), np.float32)
     f(a, b, c)
     np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+
+
+class _RacingMeasurer:
+    """Every config timed at ``cost(index)`` in the search, but config ``lucky``'s search
+    timing is 4x too fast: its races (re-measures) time it at its true cost."""
+
+    def __init__(self, task, cost, lucky):
+        self.task, self.cost, self.lucky = task, cost, lucky
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+    def _one(self, c, kind, luck=1.0):
+        sec = self.cost(c.index) * luck
+        return MeasureResult(c, [sec, sec, sec], flop=self.task.flop, kind=kind)
+
+    def measure(self, configs):
+        for c in configs:
+            yield self._one(c, "measure", 0.25 if c.index == self.lucky else 1.0)
+
+    def remeasure(self, configs, rounds, stop=None):
+        for _ in range(rounds):
+            for c in configs:
+                yield self._one(c, "remeasure")
+
+
+def test_the_model_learns_a_raced_config_from_its_re_measures_not_its_lucky_timing(task):
+    """A config re-measured in a race is biased fast in its one search timing (it is why it
+    was raced): the cost model's target for it is the median of its re-measures."""
+    cost = _bowl(task)
+    t = GBTTuner(task, seed=0, n_init=4, plan_size=4, explore=8)
+    first = [t.space.get(i) for i in range(1, 5)]
+    lucky = t.space.get(0)                # the bowl's far corner: the slowest, but lucky
+    t.next_batch = lambda n, _q=[first, [lucky]]: _q.pop(0) if _q else \
+        GBTTuner.next_batch(t, n)
+    t.make_measurer = lambda option: _RacingMeasurer(task, cost, lucky.index)
+    t.tune(5 + 4, MeasureOption(n_parallel=4, race_rounds=2))
+    assert any(r.config.index == lucky.index for r in t.remeasured)        # it was raced
+    true = task.flop / cost(lucky.index) / 1e9
+    assert t._fit[lucky.index] == pytest.approx(true)                      # not 4x that
+    assert t.best.config.index != lucky.index
