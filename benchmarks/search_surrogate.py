@@ -2,7 +2,7 @@
 
     python benchmarks/search_surrogate.py --logs 'build/eff_s2*/auto_softmax_*.jsonl'
         [--workload auto_softmax] [--tuners random,gbt] [--trials 200] [--seeds 0-19]
-        [--noise 0.08] [--jobs 2] [--out build/surrogate.json]
+        [--noise 0.08] [--repeat 3] [--jobs 2] [--out build/surrogate.json] [--quick]
 
 Why: ``search_efficiency.py`` judges tuners on real timings, which is the verdict that
 counts, but one seed costs ~2.5 minutes per tuner on the auto space of softmax and the
@@ -224,11 +224,13 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=3, help="timings per measurement")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", default=None, help="write the runs as JSON here")
+    ap.add_argument("--quick", action="store_true",
+                    help="the workload's tiny sizes (search_efficiency --quick's; for tests)")
     opts = ap.parse_args(argv)
     logs = sorted({p for g in opts.logs for p in glob.glob(g)})
     if not logs:
         raise SystemExit(f"search_surrogate: no log matches {opts.logs}")
-    args = se.workload_args(opts.workload, False)
+    args = se.workload_args(opts.workload, opts.quick)
     tuners = re.findall(r"[^,\[]+(?:\[[^\]]*\])?", opts.tuners)
     jobs = [(t, s, opts.trials, opts.noise, opts.repeat) for s in _seeds(opts.seeds)
             for t in tuners]

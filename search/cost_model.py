@@ -190,6 +190,15 @@ class LoopNestFeatures:
         self._seen.add(index)
         return self._memo[index]
 
+    def alias(self, index: int, same: int) -> None:
+        """Config ``index`` builds the program of config ``same`` (its canonical config):
+        it takes ``same``'s features, if computed, without a lowering of its own."""
+        if same in self._memo and index not in self._memo:
+            self._memo[index] = self._memo[same]
+            self._keys[index] = self._keys.get(same)
+        if same in self._seen and index in self._memo:
+            self._seen.add(index)
+
     def program(self, index: int) -> str | None:
         """The program key of config ``index`` where its features were computed and its
         steps identify its program (:func:`~.features.config_features_keyed`), else None."""

@@ -249,7 +249,11 @@ class GBTTuner(Tuner):
         xranked = self.proposer.ranked_pool(xfer) if xfer is not None else None
 
         def random_slot(drawn: int | None) -> int | None:
-            return self.transfer.slot_pick(drawn, xranked, self.visited)
+            i = self.transfer.slot_pick(drawn, xranked, self.visited)
+            j = self.proposer.canonical(i) if i is not None else None
+            if j != i and i in self.transfer.kinds:       # what kind of pick it was
+                self.transfer.kinds[j] = self.transfer.kinds.pop(i)
+            return j
         return self.proposer.pick_plan(n, ranked, target is not None, random_slot)
 
     # ---- learning ----------------------------------------------------------------------------

@@ -61,6 +61,7 @@ class Proposer:
         self._movable = np.flatnonzero(self._dims > 1)
         radix = np.cumprod([1, *self.dims[:-1]]) if self.dims else np.zeros(0)
         self._radix = radix.astype(np.int64) if space.size < 1 << 62 else None
+        self._canonical: dict[int, int] = {}
 
     def side(self, rng: np.random.Generator) -> Proposer:
         """A proposer over the same space with its own pool, generator and a copy of the
@@ -82,6 +83,23 @@ class Proposer:
     def take(self, index: int) -> bool:
         """Mark ``index`` proposed; False if it already was."""
         return take(self.visited, index)
+
+    def canonical(self, index: int) -> int:
+        """The config the tuner proposes for ``index``: its canonical config
+        (``programs.canonical``: the knobs its program does not read reset to their first
+        choice), which builds the same program. Measured configs, and so the model's
+        training rows and the annealing's starts, are then canonical: a config that inlines
+        a stage carries that stage's other knobs at their first choices (the sketches' usual
+        ones, e.g. its natural vector width), not at whatever a random draw left there, so
+        one step that stops inlining it lands on a sensible way of computing it."""
+        if index not in self._canonical:
+            from .programs import canonical
+            self._canonical[index] = canonical(self.features.task,
+                                               self.space.get(index))[0].index
+        out = self._canonical[index]
+        if out != index:
+            self.features.alias(out, index)
+        return out
 
     def random_unvisited(self, tries: int = 64) -> int | None:
         """A random unproposed config, or None."""
@@ -306,7 +324,7 @@ class Proposer:
         out: list[int] = []
         covered: list[set] = [set() for _ in self.dims]
         while ranked and len(out) < n:
-            i = ranked.pop(self.diverse_pick(ranked, covered, n))
+            i = self.canonical(ranked.pop(self.diverse_pick(ranked, covered, n)))
             if self.take(i):
                 out.append(i)
                 _cover(covered, self.space.vector(i))
@@ -326,6 +344,7 @@ class Proposer:
                 i = ranked.pop(self.diverse_pick(ranked, covered, n))
             else:
                 i = random_slot(self.random_unvisited())
+            i = self.canonical(i) if i is not None else None
             if i is not None and self.take(i):
                 out.append(i)
                 _cover(covered, self.space.vector(i))

@@ -88,8 +88,11 @@ def _record_random(tuner) -> list[int]:
     orig = tuner.proposer.random_unvisited
 
     def drawn(*a):
-        picks.append(orig(*a))
-        return picks[-1]
+        i = orig(*a)
+        picks.append(i)
+        if i is not None:
+            picks.append(tuner.proposer.canonical(i))      # what the tuner proposes for it
+        return i
     tuner.proposer.random_unvisited = drawn
     return picks
 
@@ -273,3 +276,31 @@ def test_a_gbt_tune_of_an_auto_sketch_rarely_proposes_a_program_measured_before(
     tuner.tune(30, opt)
     fresh = sum(seen)      # duplicates left: the random first configs and the eps share
     assert fresh >= 30 - 1 and len(seen) - fresh <= 3 * fresh, (fresh, len(seen))
+
+
+def test_proposals_are_canonical_so_a_stage_that_stops_being_inlined_starts_sensibly():
+    """Was: the tuner proposed (and learnt under) raw configs, whose knobs their program
+    does not read (an inlined stage's vector width, ...) held whatever a random draw left;
+    a step from such a config that stops inlining the stage read that debris. On softmax's
+    auto space a run could stay in the basin that computes exp twice for 200 trials. Now
+    every proposal is its canonical config (same program, unread knobs at their first
+    choice), which is what is measured, learnt from and walked from."""
+    from looptune.search.programs import canonical
+    task = _pooling_task()
+    sp = task.config_space
+    t = GBTTuner(task, seed=0, n_init=4, plan_size=4, explore=8)
+    handed = []
+    for _ in range(5):
+        batch = t.next_batch(4)
+        handed += batch
+        t.update(batch, [MeasureResult(c, [1e-3 * (1 + c.index % 7)], flop=1e6)
+                         for c in batch])
+    assert len(handed) >= 10                     # plans shrink where two picks share a program
+    assert all(canonical(task, c)[0].index == c.index for c in handed)
+    assert set(t._fit) == {c.index for c in handed}
+    feats = t.loop_nest
+    raw = next(i for i in range(sp.size) if canonical(task, sp.get(i))[0].index != i
+               and i not in t.visited and feats.get(i) is not None)
+    c = t.proposer.canonical(raw)
+    assert c == canonical(task, sp.get(raw))[0].index != raw
+    assert np.array_equal(feats.known(c), feats.get(raw))   # same program: same features
