@@ -6,7 +6,10 @@ retrained on every measurement (target: throughput rank or log throughput). To f
 the proposer scores thousands of candidates with a model on knob features (no lowering),
 gives the shortlist loop-nest features, and the loop-nest model with the knob model (the sum
 of their ranks) picks the plan, diversity and an ``eps`` share of random configs included.
-No config is proposed twice.
+No config is proposed twice, and each is proposed as its canonical config (the knobs its
+program does not read at their first choice): what is measured, learnt from and walked from
+is the program's own knobs, never a random draw's debris in unread ones. A config raced or
+re-measured is learnt from the median of its re-measures.
 
 Parts: :mod:`.cost_model` (features, fit, predict), :mod:`.proposer` (candidates and
 plans), :mod:`.transfer` (warm start from other tasks' records). Options are one frozen
