@@ -232,6 +232,10 @@ def main(argv=None) -> int:
         raise SystemExit(f"search_surrogate: no log matches {opts.logs}")
     args = se.workload_args(opts.workload, opts.quick)
     tuners = re.findall(r"[^,\[]+(?:\[[^\]]*\])?", opts.tuners)
+    if "gbt-transfer" in tuners:
+        raise SystemExit("search_surrogate: gbt-transfer learns from other workloads' logs in "
+                         "an --out folder of search_efficiency.py; replay gbt, random, ga, sa, "
+                         "optuna-<sampler> or gbt[key=value,...] here")
     jobs = [(t, s, opts.trials, opts.noise, opts.repeat) for s in _seeds(opts.seeds)
             for t in tuners]
     t0 = time.perf_counter()

@@ -88,3 +88,5 @@ def test_a_quick_run_reports_every_tuner_and_the_verdict(logged, tmp_path, capsy
     assert ss._seeds("0-2,5") == [0, 1, 2, 5]
     with pytest.raises(SystemExit, match="no log"):
         ss.main(["--logs", str(tmp_path / "none*.jsonl"), "--quick"])
+    with pytest.raises(SystemExit, match="gbt-transfer learns from other workloads"):
+        ss.main(["--logs", str(path), "--quick", "--tuners", "random,gbt-transfer"])
