@@ -236,6 +236,11 @@ def _options(name: str) -> tuple[str, dict]:
     return base, kw
 
 
+def split_tuners(text: str) -> list[str]:
+    """``"random,gbt[eps=0.2,explore=32]"`` -> ``["random", "gbt[eps=0.2,explore=32]"]``."""
+    return re.findall(r"[^,\[]+(?:\[[^\]]*\])?", text)
+
+
 def make_tuner(name: str, task, seed: int, out: str, workload: str):
     """A fresh tuner ``name`` for ``task``; ``gbt[key=value,...]`` passes GBTTuner options."""
     name, kw = _options(name)
@@ -419,8 +424,7 @@ def _settings(a: argparse.Namespace) -> argparse.Namespace:
     a.workloads = [w for w in a.workloads.split(",") if w]
     for w in a.workloads:
         workload_args(w, a.quick)
-    a.tuners = re.findall(r"[^,\[]+(?:\[[^\]]*\])?", a.tuners) + \
-        (["gbt-transfer"] if a.transfer else [])
+    a.tuners = split_tuners(a.tuners) + (["gbt-transfer"] if a.transfer else [])
     a.seeds = [int(x) for x in a.seeds.split(",") if x]
     return a
 

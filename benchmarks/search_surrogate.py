@@ -30,7 +30,6 @@ import glob
 import json
 import math
 import os
-import re
 import statistics
 import sys
 import time
@@ -48,7 +47,7 @@ from looptune.search import MeasureOption
 from looptune.search.cost_model import KnobFeatures
 from looptune.search.measure import MeasureResult
 from looptune.search.programs import canonical
-from search_efficiency_stats import bootstrap, verdict
+from search_efficiency_stats import at_trial, bootstrap, censor, reach, verdict
 
 CHECKPOINTS = (10, 25, 50, 100, 200)
 
@@ -177,10 +176,6 @@ def _seeds(text: str) -> list[int]:
     return out
 
 
-def _trials_to(curve: list[float], level: float) -> int:
-    return next((t + 1 for t, v in enumerate(curve) if v >= level), len(curve) + 1)
-
-
 def report(runs: list[dict], trials: int) -> list[str]:
     best = max([r["best_logged"] for r in runs] + [v for r in runs for v in r["measured"]])
     tuners = list(dict.fromkeys(r["tuner"] for r in runs))
@@ -192,13 +187,12 @@ def report(runs: list[dict], trials: int) -> list[str]:
     to: dict[tuple, list] = {}
     for name in tuners:
         mine = [r for r in runs if r["tuner"] == name and r["curve"]]
-        cells = [f"{statistics.mean(r['curve'][min(c, len(r['curve'])) - 1] for r in mine):.2f}"
+        cells = [f"{statistics.mean(at_trial(r['curve'], c) for r in mine):.2f}"
                  for c in marks]
         for frac in (0.90, 0.95):
-            ts = [_trials_to(r["curve"], frac * best) for r in mine]
-            to[name, frac] = [t if t <= len(r["curve"]) else None for t, r in zip(ts, mine)]
-            m, lo, hi = bootstrap([float(t) for t in ts])
-            reached = sum(t is not None for t in to[name, frac])
+            to[name, frac] = [reach(r["curve"], frac * best) for r in mine]
+            counts, reached = censor(to[name, frac], trials + 1)
+            m, lo, hi = bootstrap(counts)
             cells.append(f"{m:.1f} [{lo:.1f}, {hi:.1f}] ({reached}/{len(mine)})")
         cells.append(f"{statistics.mean(r['seconds'] for r in mine):.0f}")
         lines.append(f"| {name} | {len(mine)} | " + " | ".join(cells) + " |")
@@ -231,7 +225,7 @@ def main(argv=None) -> int:
     if not logs:
         raise SystemExit(f"search_surrogate: no log matches {opts.logs}")
     args = se.workload_args(opts.workload, opts.quick)
-    tuners = re.findall(r"[^,\[]+(?:\[[^\]]*\])?", opts.tuners)
+    tuners = se.split_tuners(opts.tuners)
     if "gbt-transfer" in tuners:
         raise SystemExit("search_surrogate: gbt-transfer learns from other workloads' logs in "
                          "an --out folder of search_efficiency.py; replay gbt, random, ga, sa, "
